@@ -1,0 +1,53 @@
+# vdifrec: `make demo` and `make test` work on a fresh Debian machine with Rust and Python 3.11.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.vdifrec-installed
+# The extension is rebuilt (release, incremental) whenever the Rust or the packaging changes.
+SOURCES := $(shell find src -name '*.rs') Cargo.toml Cargo.lock pyproject.toml
+
+.PHONY: help install demo test test-rust test-python bench lint format clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(PY):
+	python3 -m venv $(VENV)
+
+$(STAMP): $(PY) $(SOURCES)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,plot]'
+	@touch $@
+
+install: $(STAMP) ## create .venv, build vdifrec (release) and install it with the test extras
+
+demo: $(STAMP) ## the main job on the built-in example, with the per-second table and summary
+	$(VENV)/bin/vdifrec demo
+
+test: $(STAMP) ## every test: cargo test, pytest (API, command line, baseband oracle), notebooks
+	cargo test --quiet
+	$(PY) -m pytest -q
+
+test-rust: ## only the Rust unit tests
+	cargo test --quiet
+
+test-python: $(STAMP) ## only pytest
+	$(PY) -m pytest -q
+
+bench: $(STAMP) ## benchmarks, each against a baseline measured in the same run (ratios, medians)
+	$(PY) benches/run.py
+
+lint: $(STAMP) ## cargo fmt --check, clippy, mypy, stubtest
+	cargo fmt --check
+	cargo clippy --all-targets --quiet -- -D warnings
+	cargo clippy --features python --quiet -- -D warnings
+	$(PY) -m mypy
+	$(PY) -m mypy.stubtest vdifrec._core --allowlist .mypy-stubtest-allowlist
+
+format: ## cargo fmt
+	cargo fmt
+
+clean: ## remove the build and the virtual environment
+	cargo clean
+	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -1,0 +1,44 @@
+"""vdifrec: record 10 GbE VDIF streams without losing a byte, and check what was recorded.
+
+The engine is Rust (``vdifrec._core``); this package is its typed Python face.
+
+>>> import vdifrec
+>>> with vdifrec.open(vdifrec.SAMPLE_VDIF) as fh:   # doctest: +SKIP
+...     x = fh.read(1024)
+"""
+
+from __future__ import annotations
+
+import warnings as _warnings
+from pathlib import Path as _Path
+
+from . import _core
+from ._core import FormatError, Header, HeaderError
+from .files import check, generate
+from .reader import Reader, decode, open
+
+__version__: str = _core.__version__
+
+SAMPLE_VDIF: str = str(_Path(__file__).parent / "data" / "sample_fila10g.vdif")
+"""A tiny synthetic FILA10G-like recording (2-bit, 4 channels, 200 MHz tone) for examples and tests."""
+
+if _core.build_profile() == "debug":
+    _warnings.warn(
+        "vdifrec was built without optimisation (debug): recording at 8 Gbps will lose data. "
+        "Reinstall with `pip install .` or `make`, which build in release mode.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+__all__ = [
+    "FormatError",
+    "Header",
+    "HeaderError",
+    "Reader",
+    "SAMPLE_VDIF",
+    "__version__",
+    "check",
+    "decode",
+    "generate",
+    "open",
+]

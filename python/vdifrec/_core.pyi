@@ -1,0 +1,171 @@
+"""Type stubs for the Rust extension ``vdifrec._core`` (private: use the ``vdifrec`` package)."""
+
+from os import PathLike
+from typing import final
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "FileReader",
+    "FormatError",
+    "Header",
+    "HeaderError",
+    "TWO_BIT_THRESHOLD_SIGMA",
+    "build_profile",
+    "check",
+    "decode_payloads",
+    "generate",
+    "parse_size_arg",
+    "plain_lut_decode",
+    "two_bit_state_fractions",
+    "__version__",
+]
+
+__version__: str
+TWO_BIT_THRESHOLD_SIGMA: float
+
+class HeaderError(ValueError):
+    """A VDIF header is malformed or a field value does not fit."""
+
+class FormatError(ValueError):
+    """A file is not readable as the VDIF stream it claims to be."""
+
+@final
+class Header:
+    """A VDIF frame header (words 0-3, and 4-7 by EDV; legacy headers have four words).
+
+    Build one with keyword arguments, or parse with :meth:`from_bytes`. Raw fields are read
+    and written by name with ``header['frame_nr']``; ``keys()`` lists them.
+    """
+
+    def __new__(
+        cls,
+        *,
+        edv: int | None = 0,
+        frame_size: int = 8224,
+        nchan: int = 1,
+        bits: int = 2,
+        complex: bool = False,
+        seconds: int = 0,
+        ref_epoch: int = 0,
+        frame_nr: int = 0,
+        thread_id: int = 0,
+        station_id: int = 0,
+        invalid: bool = False,
+        version: int = 1,
+        sample_rate: float | None = None,
+    ) -> Header: ...
+    @staticmethod
+    def from_bytes(data: bytes, verify: bool = True) -> Header:
+        """Parses the header at the start of ``data``; ``verify`` raises HeaderError on a bad one."""
+    def to_bytes(self) -> bytes: ...
+    def validate(self) -> None:
+        """Raises HeaderError naming what is wrong."""
+    def __getitem__(self, name: str, /) -> int: ...
+    def __setitem__(self, name: str, value: int, /) -> None: ...
+    def keys(self) -> list[str]: ...
+    @property
+    def words(self) -> list[int]: ...
+    @property
+    def invalid(self) -> bool: ...
+    @property
+    def legacy(self) -> bool: ...
+    @property
+    def edv(self) -> int | None:
+        """Extended data version; None for a legacy header."""
+    @property
+    def seconds(self) -> int: ...
+    @property
+    def ref_epoch(self) -> int:
+        """Half-years since 2000-01-01."""
+    @property
+    def frame_nr(self) -> int: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def nchan(self) -> int: ...
+    @property
+    def bits(self) -> int: ...
+    @property
+    def complex(self) -> bool: ...
+    @property
+    def thread_id(self) -> int: ...
+    @property
+    def station_id(self) -> int: ...
+    @property
+    def station(self) -> str:
+        """Two ASCII characters where the id spells them, else the number."""
+    @property
+    def frame_size(self) -> int:
+        """Bytes, header included."""
+    @property
+    def header_size(self) -> int: ...
+    @property
+    def payload_size(self) -> int: ...
+    @property
+    def samples_per_frame(self) -> int: ...
+    @property
+    def sample_rate(self) -> float | None:
+        """Hz per channel, from EDV 1/3 headers."""
+    @property
+    def validity_mask(self) -> int | None:
+        """EDV 4 validity mask."""
+    def unix_time(self, frame_rate: float | None = None) -> tuple[int, float]:
+        """(whole POSIX seconds, fraction) of the frame's first sample."""
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class FileReader:
+    def __new__(cls, path: str | PathLike[str], sample_rate: float | None = None) -> FileReader: ...
+    @property
+    def header0(self) -> Header: ...
+    @property
+    def thread_ids(self) -> list[int]: ...
+    @property
+    def samples_per_frame(self) -> int: ...
+    @property
+    def sample_rate(self) -> float: ...
+    @property
+    def sample_rate_source(self) -> str: ...
+    @property
+    def frame_rate(self) -> float: ...
+    @property
+    def n_samples(self) -> int: ...
+    @property
+    def n_frames(self) -> int: ...
+    @property
+    def frame_size(self) -> int: ...
+    @property
+    def values_per_sample(self) -> int: ...
+    def read_into(self, start: int, count: int, out: npt.NDArray[np.float32]) -> None: ...
+    def frames(self) -> npt.NDArray[np.uint8]: ...
+
+def decode_payloads(
+    frames: npt.NDArray[np.uint8], header_size: int, bits: int, out: npt.NDArray[np.float32]
+) -> None: ...
+def plain_lut_decode(data: npt.NDArray[np.uint8], out: npt.NDArray[np.float32]) -> None:
+    """Benchmark baseline: 2-bit lookup-table decode of raw bytes (no frames)."""
+def check(path: str | PathLike[str], fps: int | None = None, frame_size: int | None = None) -> str: ...
+def generate(
+    path: str | PathLike[str],
+    *,
+    seconds: float = 1.0,
+    fps: int = 125000,
+    frame_size: int = 8224,
+    nchan: int = 4,
+    bits: int = 2,
+    threads: int = 1,
+    tone_mhz: float | None = None,
+    tone_amplitude: float = 0.3,
+    correlation: float = 0.0,
+    delay: int = 0,
+    seed: int = 1,
+    station: int = 0,
+    edv: int = 0,
+    ref_epoch: int | None = None,
+    start_second: int | None = None,
+) -> Header: ...
+def parse_size_arg(name: str, text: str) -> int: ...
+def two_bit_state_fractions(threshold_sigma: float) -> tuple[float, float, float, float]: ...
+def build_profile() -> str: ...

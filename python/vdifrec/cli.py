@@ -1,0 +1,284 @@
+"""The ``vdifrec`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import _core
+from .files import check, generate
+
+__all__ = ["main"]
+
+# Exit codes.
+OK, PROBLEMS, USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A bad argument: exit 2 with the message."""
+
+
+def _positive_float(name: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"{name} must be positive, got {text!r}")
+        return v
+
+    return parse
+
+
+def _positive_int(name: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"{name} must be positive, got {text!r}")
+        return v
+
+    return parse
+
+
+# -- generate ---------------------------------------------------------------------------------
+
+
+def _add_generate(sub: Any) -> None:
+    p = sub.add_parser(
+        "generate",
+        help="write a synthetic FILA10G-like recording (noise + tone)",
+        description="Write Gaussian noise plus a test tone, quantised at the optimal thresholds, "
+        "as VDIF frames with valid headers. Defaults: the reference 8.224 Gbps stream "
+        "(125000 frames/s of 8224 bytes, 4 channels x 2 bits, 1024 Msps, tone at 200 MHz of 512).",
+    )
+    p.add_argument("out", help="output file (.vdif)")
+    p.add_argument("--seconds", type=_positive_float("--seconds"), default=1.0, help="seconds of data (default 1)")
+    p.add_argument("--fps", type=_positive_int("--fps"), default=125000, help="frames per second per thread")
+    p.add_argument("--frame-size", type=_positive_int("--frame-size"), default=8224, help="bytes per frame incl. header")
+    p.add_argument("--nchan", type=_positive_int("--nchan"), default=4, help="channels per frame (power of two)")
+    p.add_argument("--bits", type=int, choices=[1, 2, 4, 8], default=2, help="bits per sample")
+    p.add_argument("--threads", type=_positive_int("--threads"), default=1, help="VDIF threads")
+    p.add_argument("--tone-mhz", type=float, default=None, help="tone frequency in MHz within the band (default: 0.390625 of the band)")
+    p.add_argument("--tone-amplitude", type=float, default=0.3, help="tone amplitude in noise sigmas (default 0.3)")
+    p.add_argument("--correlation", type=float, default=0.0, help="correlation of a common noise between inputs (0..1)")
+    p.add_argument("--delay", type=int, default=0, help="lag of the common noise per input, in samples")
+    p.add_argument("--edv", type=int, choices=[0, 1, 3], default=0, help="extended data version of the headers")
+    p.add_argument("--station", type=int, default=0, help="station id (16 bits)")
+    p.add_argument("--ref-epoch", type=int, default=None, help="reference epoch (half-years since 2000; default: now)")
+    p.add_argument("--start-second", type=int, default=None, help="VDIF seconds of the first frame (default: now)")
+    p.add_argument("--seed", type=int, default=1, help="random seed")
+    p.set_defaults(func=_run_generate)
+
+
+def _run_generate(a: argparse.Namespace) -> int:
+    try:
+        h = generate(
+            a.out,
+            seconds=a.seconds,
+            fps=a.fps,
+            frame_size=a.frame_size,
+            nchan=a.nchan,
+            bits=a.bits,
+            threads=a.threads,
+            tone_mhz=a.tone_mhz,
+            tone_amplitude=a.tone_amplitude,
+            correlation=a.correlation,
+            delay=a.delay,
+            seed=a.seed,
+            station=a.station,
+            edv=a.edv,
+            ref_epoch=a.ref_epoch,
+            start_second=a.start_second,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    frames = round(a.seconds * a.fps) * a.threads
+    rate = a.fps * h.samples_per_frame
+    print(
+        f"wrote {a.out}: {frames} frames of {h.frame_size} bytes ({frames * h.frame_size} bytes), "
+        f"{a.threads} thread(s) x {h.nchan} ch x {h.bits} bit, {rate / 1e6:g} Msps per channel, "
+        f"ref_epoch {h.ref_epoch} seconds {h.seconds}"
+    )
+    return OK
+
+
+# -- check ------------------------------------------------------------------------------------
+
+
+def _add_check(sub: Any) -> None:
+    p = sub.add_parser(
+        "check",
+        help="check a VDIF file: frames, gaps, order, duplicates, corruption",
+        description="One pass over a VDIF file, in constant memory: frames, threads, per-second "
+        "counts per thread, gaps, out-of-order and duplicate frames, invalid-flagged frames, "
+        "corrupt stretches. Exit status 0 when clean, 1 when anything is wrong, 2 on usage errors.",
+    )
+    p.add_argument("file", help="VDIF file")
+    p.add_argument("--fps", type=_positive_int("--fps"), default=None, help="frames per second per thread (default: learned)")
+    p.add_argument("--frame-size", type=_positive_int("--frame-size"), default=None, help="frame size in bytes (default: from the first header)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (keys in the README)")
+    p.add_argument("--seconds", action="store_true", help="print every second's counts, not only problem seconds")
+    p.set_defaults(func=_run_check)
+
+
+def _run_check(a: argparse.Namespace) -> int:
+    try:
+        report = check(a.file, fps=a.fps, frame_size=a.frame_size)
+    except OSError as exc:
+        raise UsageError(str(exc)) from None
+    except _core.FormatError as exc:
+        print(f"vdifrec check: {exc}", file=sys.stderr)
+        return PROBLEMS
+    if a.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print_check_report(report, every_second=a.seconds)
+    return OK if report["clean"] else PROBLEMS
+
+
+def print_check_report(r: dict[str, Any], every_second: bool = False) -> None:
+    """Human-readable form of a check report."""
+    f = r["format"]
+    t = r["totals"]
+    kind = "legacy" if f["legacy"] else f"EDV {f['edv']}"
+    print(f"file         {r['path']} ({r['file_bytes']} bytes)")
+    print(
+        f"format       {f['frame_size']}-byte frames, {kind}, {f['nchan']} ch x {f['bits']} bit "
+        f"{'complex' if f['complex'] else 'real'}, station {r['station_id']}"
+    )
+    print(f"frames       {r['frames']} in {len(r['threads'])} thread(s): {', '.join(map(str, r['threads']))}")
+    print(f"rate         {r['frames_per_second']} frames/s per thread ({r['frames_per_second_source']})")
+    print(f"time         {r['first_frame_time']} .. {r['last_frame_time']}")
+    print(
+        f"counts       expected {t['expected']}  received {t['received']}  lost {t['lost']}  "
+        f"out-of-order {t['out_of_order']}  duplicate {t['duplicates']}  invalid {t['invalid']}"
+    )
+    if t["out_of_window"] or t["time_jumps"] or t["late"]:
+        print(f"time         {t['out_of_window']} frames out of window, {t['time_jumps']} jumps, {t['late']} late")
+    rows = [s for s in r["seconds"] if every_second or s["lost"] or s["duplicates"] or s["out_of_order"] or s["invalid"]]
+    if rows:
+        print("second       thread  received/expected  lost  out-of-order  duplicate  invalid")
+        for s in rows:
+            for th in s["threads"]:
+                print(
+                    f"{s['vdif_seconds']:<12} {th['thread']:>6}  {th['received']:>8}/{th['expected']:<8}  "
+                    f"{th['lost']:>4}  {th['out_of_order']:>12}  {th['duplicates']:>9}  {th['invalid']:>7}"
+                )
+    for g in r["gaps"]:
+        (s0, f0), (s1, f1) = g["first_missing"], g["last_missing"]
+        print(f"gap          thread {g['thread']}: {g['missing']} frames missing, {s0}:{f0} .. {s1}:{f1} (unix second:frame)")
+    if r["gaps_not_listed"]:
+        print(f"gap          ... {r['gaps_not_listed']} more gaps not listed")
+    for c in r["corrupt"]:
+        print(f"corrupt      {c['bytes']} bytes at offset {c['offset']} ({c['reason']})")
+    if r["corrupt_stretches"] > len(r["corrupt"]):
+        print(f"corrupt      ... {r['corrupt_stretches'] - len(r['corrupt'])} more stretches not listed")
+    if r["trailing_bytes"]:
+        print(f"trailing     {r['trailing_bytes']} bytes after the last whole frame")
+    w = r["header_warnings"]
+    if w["edv0_nonzero_words"]:
+        print(f"header       {w['edv0_nonzero_words']} EDV 0 frames with non-zero words 4-7")
+    if w["station_changes"]:
+        print(f"header       {w['station_changes']} frames with another station id")
+    print("result       " + ("CLEAN" if r["clean"] else "PROBLEMS FOUND"))
+
+
+# -- info -------------------------------------------------------------------------------------
+
+
+def _add_info(sub: Any) -> None:
+    p = sub.add_parser("info", help="describe a VDIF file's stream (headers, rate, threads, time)")
+    p.add_argument("file", help="VDIF file")
+    p.add_argument("--sample-rate", type=_positive_float("--sample-rate"), default=None, help="Hz per channel, if the file cannot tell")
+    p.set_defaults(func=_run_info)
+
+
+def _run_info(a: argparse.Namespace) -> int:
+    from .reader import open as open_reader
+
+    try:
+        with open_reader(a.file, sample_rate=a.sample_rate) as fh:
+            print(repr(fh))
+            print(f"header0      {fh.header0!r}")
+            print(f"shape        {fh.shape} {fh.dtype}")
+    except OSError as exc:
+        raise UsageError(str(exc)) from None
+    except _core.FormatError as exc:
+        print(f"vdifrec info: {exc}", file=sys.stderr)
+        return PROBLEMS
+    return OK
+
+
+# -- demo -------------------------------------------------------------------------------------
+
+
+def _add_demo(sub: Any) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="the main job on a built-in example: synthesise a FILA10G-like stream and check it",
+    )
+    p.add_argument("--seconds", type=_positive_float("--seconds"), default=2.0, help="seconds of data (default 2)")
+    p.add_argument("--keep", default=None, help="folder to keep the recording in (default: a temporary folder)")
+    p.set_defaults(func=_run_demo)
+
+
+def _run_demo(a: argparse.Namespace) -> int:
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="vdifrec-demo-") as tmp:
+        folder = a.keep or tmp
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, "demo_fila10g.vdif")
+        print(f"generating {a.seconds:g} s of the reference stream (125000 frames/s of 8224 bytes) into {path}")
+        _run_generate(
+            argparse.Namespace(
+                out=path, seconds=a.seconds, fps=125000, frame_size=8224, nchan=4, bits=2, threads=1,
+                tone_mhz=None, tone_amplitude=0.3, correlation=0.0, delay=0, seed=1, station=0, edv=0,
+                ref_epoch=None, start_second=None,
+            )
+        )
+        print(f"\n$ vdifrec check {path}")
+        report = check(path)
+        print_check_report(report)
+        return OK if report["clean"] else PROBLEMS
+
+
+# -- entry point ------------------------------------------------------------------------------
+
+_COMMANDS: list[Callable[[Any], None]] = [_add_generate, _add_check, _add_info, _add_demo]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="vdifrec",
+        description="Record 10 GbE VDIF streams without losing a byte; check what was recorded.",
+    )
+    p.add_argument("--version", action="version", version=f"vdifrec {_core.__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in _COMMANDS:
+        add(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except UsageError as exc:
+        parser.exit(USAGE, f"vdifrec {args.command}: error: {exc}\n")
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Whole-file tools: ``check`` (a VDIF file's integrity) and ``generate`` (a synthetic recording)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from . import _core
+
+__all__ = ["check", "generate"]
+
+
+def check(path: str | os.PathLike[str], fps: int | None = None, frame_size: int | None = None) -> dict[str, Any]:
+    """Checks a VDIF file in one pass and returns the report (the keys are documented in the README).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    fps : int, optional
+        Frames per second per thread; learned from the frame numbers if not given.
+    frame_size : int, optional
+        Frame size in bytes; taken from the first header if not given.
+
+    Returns
+    -------
+    dict
+        ``frames``, ``threads``, ``totals`` (received, expected, lost, out_of_order,
+        duplicates, invalid, ...), ``per_thread``, ``seconds`` (per-second, per-thread counts),
+        ``gaps``, ``corrupt``, ``corrupt_bytes``, ``trailing_bytes``, ``clean`` and more.
+    """
+    report: dict[str, Any] = json.loads(_core.check(os.fspath(path), fps, frame_size))
+    return report
+
+
+def generate(
+    path: str | os.PathLike[str],
+    *,
+    seconds: float = 1.0,
+    fps: int = 125_000,
+    frame_size: int = 8224,
+    nchan: int = 4,
+    bits: int = 2,
+    threads: int = 1,
+    tone_mhz: float | None = None,
+    tone_amplitude: float = 0.3,
+    correlation: float = 0.0,
+    delay: int = 0,
+    seed: int = 1,
+    station: int = 0,
+    edv: int = 0,
+    ref_epoch: int | None = None,
+    start_second: int | None = None,
+) -> _core.Header:
+    """Writes a synthetic FILA10G-like recording: Gaussian noise plus a tone, 2-bit by default.
+
+    Parameters
+    ----------
+    seconds : float
+        Length in seconds of data (``seconds * fps`` frame sets).
+    fps : int
+        Frames per second per thread (125000 for the reference 8.224 Gbps stream).
+    frame_size : int
+        Bytes per frame, 32-byte header included (8224).
+    nchan, bits, threads : int
+        Channels per frame, bits per sample (1, 2, 4, 8), threads.
+    tone_mhz : float, optional
+        Tone frequency in MHz within the band (sample rate / 2); by default 0.390625 of the
+        band (200 MHz of 512 MHz).
+    tone_amplitude : float
+        Tone amplitude in units of the noise's standard deviation.
+    correlation, delay : float, int
+        Correlation of a noise component common to all inputs (channel ``c`` of thread ``t`` is
+        input ``t * nchan + c``), lagged by ``delay`` samples per input.
+    seed : int
+        Random seed (same seed, same bytes).
+    ref_epoch, start_second : int, optional
+        Time of the first frame; now by default.
+
+    Returns
+    -------
+    Header
+        The header of the first frame.
+    """
+    return _core.generate(
+        os.fspath(path),
+        seconds=seconds,
+        fps=fps,
+        frame_size=frame_size,
+        nchan=nchan,
+        bits=bits,
+        threads=threads,
+        tone_mhz=tone_mhz,
+        tone_amplitude=tone_amplitude,
+        correlation=correlation,
+        delay=delay,
+        seed=seed,
+        station=station,
+        edv=edv,
+        ref_epoch=ref_epoch,
+        start_second=start_second,
+    )

@@ -1,0 +1,221 @@
+//! Is this datagram (or this stretch of a file) a frame of the stream?
+//!
+//! The stream's layout is fixed by its first valid frame (or by the user): frame size, legacy
+//! or not, EDV, version, channels, bits, complex. A frame that disagrees on any of them is not
+//! part of the stream and is counted as malformed, by kind, and never written. Everything else
+//! about a frame (thread, time, invalid flag, station) may vary and is the accounting's business.
+
+use crate::vdif::header::{field, Header, SYNC_WORD};
+use serde::Serialize;
+
+/// Why a datagram or a stretch of file is not a frame of the stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Malformed {
+    /// Shorter than offset + frame size (an empty datagram, a port scan, a fragment).
+    TooShort,
+    /// Longer than offset + frame size (the kernel flags it MSG_TRUNC).
+    TooLong,
+    /// Frame length field disagrees with the stream's frame size.
+    BadFrameLength,
+    /// Legacy (16-byte) header in a stream of 32-byte headers, or the reverse.
+    LegacyMismatch,
+    /// Version, channels, bits, complex flag or EDV differ from the stream's.
+    FormatMismatch,
+    /// EDV 1/3/4 header without the 0xACABFEED sync word.
+    BadSync,
+}
+
+impl Malformed {
+    pub const ALL: [Malformed; 6] = [
+        Malformed::TooShort,
+        Malformed::TooLong,
+        Malformed::BadFrameLength,
+        Malformed::LegacyMismatch,
+        Malformed::FormatMismatch,
+        Malformed::BadSync,
+    ];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Malformed::TooShort => "too_short",
+            Malformed::TooLong => "too_long",
+            Malformed::BadFrameLength => "bad_frame_length",
+            Malformed::LegacyMismatch => "legacy_mismatch",
+            Malformed::FormatMismatch => "format_mismatch",
+            Malformed::BadSync => "bad_sync",
+        }
+    }
+
+    pub fn index(&self) -> usize {
+        *self as usize
+    }
+}
+
+/// Counts of malformed datagrams by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MalformedCounts(pub [u64; 6]);
+
+impl MalformedCounts {
+    pub fn add(&mut self, kind: Malformed) {
+        self.0[kind.index()] += 1;
+    }
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+    pub fn get(&self, kind: Malformed) -> u64 {
+        self.0[kind.index()]
+    }
+    /// (kind name, count) for every kind.
+    pub fn by_kind(&self) -> Vec<(&'static str, u64)> {
+        Malformed::ALL
+            .iter()
+            .map(|k| (k.name(), self.get(*k)))
+            .collect()
+    }
+}
+
+impl Serialize for MalformedCounts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(6))?;
+        for (k, v) in self.by_kind() {
+            m.serialize_entry(k, &v)?;
+        }
+        m.end()
+    }
+}
+
+/// The layout every frame of a stream shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct StreamFormat {
+    pub frame_size: usize,
+    pub legacy: bool,
+    pub edv: Option<u32>,
+    pub version: u32,
+    pub nchan: u32,
+    pub bits: u32,
+    pub complex: bool,
+}
+
+impl StreamFormat {
+    pub fn of(h: &Header) -> StreamFormat {
+        StreamFormat {
+            frame_size: h.frame_size(),
+            legacy: h.is_legacy(),
+            edv: h.edv(),
+            version: h.version(),
+            nchan: h.nchan(),
+            bits: h.bits(),
+            complex: h.is_complex(),
+        }
+    }
+
+    /// Header size of the stream's frames.
+    pub fn header_size(&self) -> usize {
+        if self.legacy {
+            16
+        } else {
+            32
+        }
+    }
+
+    /// Classifies exactly one frame's bytes (the caller has stripped any offset).
+    #[inline]
+    pub fn classify(&self, frame: &[u8]) -> Result<Header, Malformed> {
+        if frame.len() < self.frame_size {
+            return Err(Malformed::TooShort);
+        }
+        if frame.len() > self.frame_size {
+            return Err(Malformed::TooLong);
+        }
+        let h = Header::parse_unchecked(frame).map_err(|_| Malformed::TooShort)?;
+        self.check_header(&h)?;
+        Ok(h)
+    }
+
+    /// Checks a header against the stream's layout.
+    #[inline]
+    pub fn check_header(&self, h: &Header) -> Result<(), Malformed> {
+        if h.is_legacy() != self.legacy {
+            return Err(Malformed::LegacyMismatch);
+        }
+        if h.frame_size() != self.frame_size {
+            return Err(Malformed::BadFrameLength);
+        }
+        if h.edv() != self.edv
+            || h.version() != self.version
+            || h.nchan() != self.nchan
+            || h.bits() != self.bits
+            || h.is_complex() != self.complex
+        {
+            return Err(Malformed::FormatMismatch);
+        }
+        if matches!(self.edv, Some(1 | 3 | 4)) && h.get(field::SYNC) != SYNC_WORD {
+            return Err(Malformed::BadSync);
+        }
+        Ok(())
+    }
+}
+
+/// Learns a stream's layout from a datagram that may be its first frame: a header whose frame
+/// length matches the datagram length and that validates.
+pub fn learn_format(frame: &[u8]) -> Option<StreamFormat> {
+    let h = Header::parse_unchecked(frame).ok()?;
+    if h.frame_size() != frame.len() || h.frame_size() <= h.header_size() {
+        return None;
+    }
+    // A sender may leave junk in the unused words of EDV 0; everything else must validate.
+    match h.validate() {
+        Ok(()) | Err(crate::vdif::HeaderError::NonZeroExtendedWords { .. }) => {
+            Some(StreamFormat::of(&h))
+        }
+        Err(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(edv: Option<u32>, size: usize, nchan: u32, bits: u32) -> Vec<u8> {
+        let h = Header::new(edv, size, nchan, bits, false).unwrap();
+        let mut f = vec![0u8; size];
+        h.write_to(&mut f);
+        f
+    }
+
+    #[test]
+    fn every_kind_is_told_apart() {
+        let good = frame(Some(0), 8224, 4, 2);
+        let fmt = learn_format(&good).unwrap();
+        assert!(fmt.classify(&good).is_ok());
+        assert_eq!(fmt.classify(&good[..100]), Err(Malformed::TooShort));
+        assert_eq!(fmt.classify(&[]), Err(Malformed::TooShort));
+        let mut long = good.clone();
+        long.push(0);
+        assert_eq!(fmt.classify(&long), Err(Malformed::TooLong));
+        let mut f = good.clone();
+        f[8] = 0x05; // frame length 1029 units
+        assert_eq!(fmt.classify(&f), Err(Malformed::BadFrameLength));
+        assert_eq!(
+            fmt.classify(&frame(None, 8224, 4, 2)),
+            Err(Malformed::LegacyMismatch)
+        );
+        assert_eq!(
+            fmt.classify(&frame(Some(0), 8224, 8, 2)),
+            Err(Malformed::FormatMismatch)
+        );
+        let edv3 = frame(Some(3), 8224, 4, 2);
+        let fmt3 = learn_format(&edv3).unwrap();
+        let mut f = edv3.clone();
+        f[20] ^= 1;
+        assert_eq!(fmt3.classify(&f), Err(Malformed::BadSync));
+        // Random bytes almost never pass; an all-zero datagram claims frame length 0.
+        assert_eq!(
+            fmt.classify(&vec![0u8; 8224]),
+            Err(Malformed::BadFrameLength)
+        );
+        assert!(learn_format(&good[..8216]).is_none());
+    }
+}

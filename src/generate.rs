@@ -1,0 +1,603 @@
+//! A synthetic FILA10G-like VDIF source: Gaussian noise plus a test tone, quantised at the
+//! optimal thresholds, with valid headers. `vdifrec generate` writes it to a file and the
+//! sender streams it.
+//!
+//! Each input (a channel of a thread) carries
+//! `x = sqrt(rho) * s[n - i * delay] + sqrt(1 - rho) * w_i[n] + A cos(2 pi f n)`, where `s` is
+//! noise common to all inputs and `w_i` is the input's own noise, both of unit variance.
+//! Two inputs are then correlated by `rho` at a lag of `delay` samples per input index (a
+//! fringe to find), and every input shows the tone at `f`.
+
+use crate::vdif::header::{field, Header, HeaderError};
+use crate::vdif::time::epoch_and_seconds;
+use std::io::Write;
+use thiserror::Error;
+
+/// 2-bit thresholds at ±t·σ with t of the optimal (Max) quantiser for Gaussian input.
+pub const TWO_BIT_THRESHOLD_SIGMA: f64 = 0.9816;
+
+#[derive(Debug, Error)]
+pub enum GenerateError {
+    #[error("tone at {tone_mhz} MHz lies outside the band 0-{band_mhz} MHz (sample rate {sample_rate_mhz} MHz per channel): give --tone-mhz inside the band")]
+    ToneOutsideBand {
+        tone_mhz: f64,
+        band_mhz: f64,
+        sample_rate_mhz: f64,
+    },
+    #[error("{name} = {value} is out of range: {why}")]
+    BadArgument {
+        name: &'static str,
+        value: String,
+        why: String,
+    },
+    #[error(transparent)]
+    Header(#[from] HeaderError),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// What to generate.
+#[derive(Clone, Debug)]
+pub struct SignalSpec {
+    /// Frame size in bytes, header included.
+    pub frame_size: usize,
+    /// Frames per second per thread.
+    pub fps: u32,
+    pub nchan: u32,
+    pub bits: u32,
+    pub threads: u32,
+    /// Tone frequency in MHz within the band (None: 0.390625 of the band, 200 MHz of 512).
+    pub tone_mhz: Option<f64>,
+    /// Tone amplitude relative to the noise's standard deviation.
+    pub tone_amplitude: f64,
+    /// Correlation coefficient of the common noise between inputs, 0..1.
+    pub correlation: f64,
+    /// Lag of the common noise per input index, in samples.
+    pub delay: usize,
+    pub seed: u64,
+    pub station: u16,
+    /// Extended data version of the headers: 0, or 1/3 (which also carry the sample rate).
+    pub edv: u32,
+    /// Reference epoch and seconds of the first frame (None: now).
+    pub start: Option<(u32, u32)>,
+}
+
+impl Default for SignalSpec {
+    fn default() -> Self {
+        SignalSpec {
+            frame_size: 8224,
+            fps: 125_000,
+            nchan: 4,
+            bits: 2,
+            threads: 1,
+            tone_mhz: None,
+            tone_amplitude: 0.3,
+            correlation: 0.0,
+            delay: 0,
+            seed: 1,
+            station: 0,
+            edv: 0,
+            start: None,
+        }
+    }
+}
+
+/// Where the default tone sits in any band: 200 MHz of the reference 512 MHz.
+pub const DEFAULT_TONE_FRACTION: f64 = 200.0 / 512.0;
+
+impl SignalSpec {
+    /// The header of frame 0, thread 0, at the start time.
+    pub fn template(&self) -> Result<Header, GenerateError> {
+        if !matches!(self.edv, 0 | 1 | 3) {
+            return Err(bad("edv", self.edv, "the generator writes EDV 0, 1 or 3"));
+        }
+        let mut h = Header::new(
+            Some(self.edv),
+            self.frame_size,
+            self.nchan,
+            self.bits,
+            false,
+        )?;
+        if !matches!(self.bits, 1 | 2 | 4 | 8) {
+            return Err(bad(
+                "bits",
+                self.bits,
+                "the generator writes 1, 2, 4 or 8 bits",
+            ));
+        }
+        if h.samples_per_frame() == 0
+            || h.payload_size() * 8 % (self.bits * self.nchan) as usize != 0
+        {
+            return Err(bad(
+                "frame_size",
+                self.frame_size,
+                "the payload must hold a whole number of samples of all channels",
+            ));
+        }
+        if self.fps == 0 || self.fps > field::FRAME_NR.max() + 1 {
+            return Err(bad("fps", self.fps, "1 to 16777216 frames per second"));
+        }
+        if self.threads == 0 || self.threads > 1024 {
+            return Err(bad("threads", self.threads, "1 to 1024 threads"));
+        }
+        if !(0.0..=1.0).contains(&self.correlation) {
+            return Err(bad("correlation", self.correlation, "0 to 1"));
+        }
+        if !(0.0..=100.0).contains(&self.tone_amplitude) {
+            return Err(bad(
+                "tone_amplitude",
+                self.tone_amplitude,
+                "0 to 100 noise sigmas",
+            ));
+        }
+        h.set(field::STATION_ID, self.station as u32)?;
+        if self.edv != 0 {
+            h.set_sample_rate_hz(self.sample_rate())?;
+        }
+        let (epoch, seconds) = self.start.unwrap_or_else(|| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            epoch_and_seconds(now)
+        });
+        h.set(field::REF_EPOCH, epoch)?;
+        h.set(field::SECONDS, seconds)?;
+        self.tone_fraction()?;
+        Ok(h)
+    }
+
+    pub fn samples_per_frame(&self) -> usize {
+        (self.frame_size - 32) * 8 / (self.bits * self.nchan) as usize
+    }
+
+    /// Samples per second per channel.
+    pub fn sample_rate(&self) -> f64 {
+        self.fps as f64 * self.samples_per_frame() as f64
+    }
+
+    /// Tone frequency as a fraction of the sample rate (cycles per sample).
+    pub fn tone_fraction(&self) -> Result<f64, GenerateError> {
+        let band_mhz = self.sample_rate() / 2e6;
+        match self.tone_mhz {
+            None => Ok(DEFAULT_TONE_FRACTION / 2.0),
+            Some(t) if t > 0.0 && t < band_mhz => Ok(t / band_mhz / 2.0),
+            Some(t) => Err(GenerateError::ToneOutsideBand {
+                tone_mhz: t,
+                band_mhz,
+                sample_rate_mhz: self.sample_rate() / 1e6,
+            }),
+        }
+    }
+}
+
+fn bad(name: &'static str, value: impl ToString, why: &str) -> GenerateError {
+    GenerateError::BadArgument {
+        name,
+        value: value.to_string(),
+        why: why.to_string(),
+    }
+}
+
+/// xoshiro256++: fast, good-quality random bits.
+#[derive(Clone)]
+pub struct Rng([u64; 4]);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        // splitmix64 spreads the seed over the state.
+        let mut z = seed;
+        let mut s = [0u64; 4];
+        for w in &mut s {
+            z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut x = z;
+            x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            *w = x ^ (x >> 31);
+        }
+        Rng(s)
+    }
+
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.0;
+        let out = s[0].wrapping_add(s[3]).rotate_left(23).wrapping_add(s[0]);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        out
+    }
+}
+
+/// Inverse of the standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9).
+#[allow(clippy::excessive_precision)] // the published coefficients, kept as printed
+pub fn inverse_normal_cdf(p: f64) -> f64 {
+    const A: [f64; 6] = [
+        -3.969683028665376e+01,
+        2.209460984245205e+02,
+        -2.759285104469687e+02,
+        1.383577518672690e+02,
+        -3.066479806614716e+01,
+        2.506628277459239e+00,
+    ];
+    const B: [f64; 5] = [
+        -5.447609879822406e+01,
+        1.615858368580409e+02,
+        -1.556989798598866e+02,
+        6.680131188771972e+01,
+        -1.328068155288572e+01,
+    ];
+    const C: [f64; 6] = [
+        -7.784894002430293e-03,
+        -3.223964580411365e-01,
+        -2.400758277161838e+00,
+        -2.549732539343734e+00,
+        4.374664141464968e+00,
+        2.938163982698783e+00,
+    ];
+    const D: [f64; 4] = [
+        7.784695709041462e-03,
+        3.224671290700398e-01,
+        2.445134137142996e+00,
+        3.754408661907416e+00,
+    ];
+    let plow = 0.02425;
+    if p < plow {
+        let q = (-2.0 * p.ln()).sqrt();
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    } else if p <= 1.0 - plow {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    } else {
+        -inverse_normal_cdf(1.0 - p)
+    }
+}
+
+/// Standard normal CDF (for the expected bit-state fractions).
+pub fn normal_cdf(x: f64) -> f64 {
+    0.5 * erfc(-x / std::f64::consts::SQRT_2)
+}
+
+/// Complementary error function (W. J. Cody's rational approximations via erfc of Numerical
+/// Recipes' Chebyshev fit; relative error < 1.2e-7, ample for state fractions).
+fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t
+        * (-z * z - 1.265_512_23
+            + t * (1.000_023_68
+                + t * (0.374_091_96
+                    + t * (0.096_784_18
+                        + t * (-0.186_288_06
+                            + t * (0.278_868_07
+                                + t * (-1.135_203_98
+                                    + t * (1.488_515_87
+                                        + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
+            .exp();
+    if x >= 0.0 {
+        r
+    } else {
+        2.0 - r
+    }
+}
+
+/// Bits of uniform randomness per Gaussian value: the inverse CDF is tabulated at 2^16 points.
+const NORMAL_TABLE_BITS: u32 = 16;
+/// Points per cycle of the tone's cosine table.
+const COS_TABLE: usize = 4096;
+
+/// Makes payloads frame set by frame set.
+pub struct Synth {
+    spec: SignalSpec,
+    normal: Vec<f32>,
+    cos: Vec<f32>,
+    rng: Rng,
+    /// Common noise, newest last; keeps the lags every input needs.
+    common: Vec<f32>,
+    max_lag: usize,
+    tone_step: f64,
+    tone_phase: f64,
+    values: Vec<f32>,
+    quantiser: Quantiser,
+    samples_done: u64,
+}
+
+#[derive(Clone, Copy)]
+enum Quantiser {
+    One,
+    Two { threshold: f32 },
+    Four,
+    Eight,
+}
+
+impl Synth {
+    pub fn new(spec: &SignalSpec) -> Result<Synth, GenerateError> {
+        spec.template()?;
+        let n = 1usize << NORMAL_TABLE_BITS;
+        let normal = (0..n)
+            .map(|i| inverse_normal_cdf((i as f64 + 0.5) / n as f64) as f32)
+            .collect();
+        let cos = (0..COS_TABLE)
+            .map(|i| (2.0 * std::f64::consts::PI * i as f64 / COS_TABLE as f64).cos() as f32)
+            .collect();
+        let inputs = (spec.threads * spec.nchan) as usize;
+        let max_lag = spec.delay * inputs.saturating_sub(1);
+        let sigma_total = (1.0 + spec.tone_amplitude.powi(2) / 2.0).sqrt();
+        let quantiser = match spec.bits {
+            1 => Quantiser::One,
+            2 => Quantiser::Two {
+                threshold: (TWO_BIT_THRESHOLD_SIGMA * sigma_total) as f32,
+            },
+            4 => Quantiser::Four,
+            _ => Quantiser::Eight,
+        };
+        Ok(Synth {
+            spec: spec.clone(),
+            normal,
+            cos,
+            rng: Rng::new(spec.seed),
+            common: vec![0.0; max_lag],
+            max_lag,
+            tone_step: spec.tone_fraction()?,
+            tone_phase: 0.0,
+            values: Vec::new(),
+            quantiser,
+            samples_done: 0,
+        })
+    }
+
+    #[inline]
+    fn gaussian(normal: &[f32], bits: u64) -> f32 {
+        normal[(bits & ((1 << NORMAL_TABLE_BITS) - 1)) as usize]
+    }
+
+    /// Fills one payload per thread for the next frame set: `payloads[t]` for thread `t`.
+    pub fn next_frameset(&mut self, payloads: &mut [&mut [u8]]) {
+        let spec = &self.spec;
+        let spf = spec.samples_per_frame();
+        let nchan = spec.nchan as usize;
+        let rho = spec.correlation as f32;
+        let (a, b) = (rho.sqrt(), (1.0 - rho).sqrt());
+        // Extend the common noise by one frame of samples, keeping `max_lag` behind.
+        if rho > 0.0 {
+            let excess = self.common.len() - self.max_lag;
+            self.common.drain(..excess);
+            while self.common.len() < self.max_lag + spf {
+                let r = self.rng.next_u64();
+                for k in 0..4 {
+                    self.common
+                        .push(Self::gaussian(&self.normal, r >> (16 * k)));
+                }
+            }
+            self.common.truncate(self.max_lag + spf);
+        }
+        // Tone phase for each sample of the frame, shared by all inputs.
+        let amp = spec.tone_amplitude as f32;
+        let mut tone = Vec::with_capacity(spf);
+        for _ in 0..spf {
+            let idx = (self.tone_phase * COS_TABLE as f64) as usize % COS_TABLE;
+            tone.push(amp * self.cos[idx]);
+            self.tone_phase = (self.tone_phase + self.tone_step).fract();
+        }
+        self.values.resize(spf * nchan, 0.0);
+        for (t, payload) in payloads.iter_mut().enumerate() {
+            let mut bits_left = 0;
+            let mut r = 0u64;
+            for (s, tone_s) in tone.iter().enumerate() {
+                for c in 0..nchan {
+                    if bits_left == 0 {
+                        r = self.rng.next_u64();
+                        bits_left = 4;
+                    }
+                    let own = Self::gaussian(&self.normal, r);
+                    r >>= 16;
+                    bits_left -= 1;
+                    let mut x = b * own + tone_s;
+                    if rho > 0.0 {
+                        let input = t * nchan + c;
+                        let lag = self.spec.delay * input;
+                        x += a * self.common[self.max_lag + s - lag];
+                    }
+                    self.values[s * nchan + c] = x;
+                }
+            }
+            quantise_pack(self.quantiser, &self.values, payload);
+        }
+        self.samples_done += spf as u64;
+    }
+}
+
+/// Quantises values (unit-variance noise) and packs them LSB first.
+fn quantise_pack(q: Quantiser, values: &[f32], out: &mut [u8]) {
+    match q {
+        Quantiser::One => pack::<1>(values, out, |x| (x > 0.0) as u8),
+        Quantiser::Two { threshold } => pack::<2>(values, out, |x| {
+            (x > -threshold) as u8 + (x > 0.0) as u8 + (x > threshold) as u8
+        }),
+        Quantiser::Four => pack::<4>(values, out, |x| {
+            (x * crate::vdif::decode::FOUR_BIT_SCALE + 8.5).clamp(0.0, 15.0) as u8
+        }),
+        Quantiser::Eight => pack::<8>(values, out, |x| {
+            (x * crate::vdif::decode::EIGHT_BIT_SCALE + 127.5)
+                .round()
+                .clamp(0.0, 255.0) as u8
+        }),
+    }
+}
+
+#[inline]
+fn pack<const BITS: usize>(values: &[f32], out: &mut [u8], code: impl Fn(f32) -> u8) {
+    let per_byte = 8 / BITS;
+    for (byte, chunk) in out.iter_mut().zip(values.chunks(per_byte)) {
+        let mut b = 0u8;
+        for (k, x) in chunk.iter().enumerate() {
+            b |= code(*x) << (k * BITS);
+        }
+        *byte = b;
+    }
+}
+
+/// Header of frame `index` (frame sets counted from the start) of `thread`.
+pub fn frame_header(template: &Header, fps: u32, index: u64, thread: u32) -> Header {
+    let mut h = *template;
+    let first = template.seconds() as u64 * fps as u64 + template.frame_nr() as u64;
+    let k = first + index;
+    // Values come from a valid template and in-range arithmetic; seconds wrap at 30 bits.
+    let _ = h.set(
+        field::SECONDS,
+        ((k / fps as u64) & field::SECONDS.max() as u64) as u32,
+    );
+    let _ = h.set(field::FRAME_NR, (k % fps as u64) as u32);
+    let _ = h.set(field::THREAD_ID, thread);
+    h
+}
+
+/// Writes `frame_sets` frame sets (one frame per thread each) to `out`.
+pub fn write_frames(
+    spec: &SignalSpec,
+    frame_sets: u64,
+    out: &mut impl Write,
+    path_for_errors: &str,
+) -> Result<Header, GenerateError> {
+    let template = spec.template()?;
+    let mut synth = Synth::new(spec)?;
+    let fs = spec.frame_size;
+    let threads = spec.threads as usize;
+    let mut buf = vec![0u8; fs * threads];
+    for k in 0..frame_sets {
+        {
+            let mut payloads: Vec<&mut [u8]> = buf.chunks_mut(fs).map(|f| &mut f[32..]).collect();
+            synth.next_frameset(&mut payloads);
+        }
+        for t in 0..threads {
+            frame_header(&template, spec.fps, k, t as u32).write_to(&mut buf[t * fs..]);
+        }
+        out.write_all(&buf).map_err(|source| GenerateError::Write {
+            path: path_for_errors.to_string(),
+            source,
+        })?;
+    }
+    Ok(template)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vdif::decode::Decoder;
+
+    #[test]
+    fn default_tone_sits_at_200_of_512_mhz() {
+        let spec = SignalSpec::default();
+        assert_eq!(spec.samples_per_frame(), 8192);
+        assert_eq!(spec.sample_rate(), 1.024e9);
+        assert!((spec.tone_fraction().unwrap() * spec.sample_rate() - 200e6).abs() < 1.0);
+        let off = SignalSpec {
+            tone_mhz: Some(600.0),
+            ..Default::default()
+        };
+        let err = off.template().unwrap_err().to_string();
+        assert!(err.contains("outside the band 0-512 MHz"), "{err}");
+    }
+
+    #[test]
+    fn two_bit_states_follow_the_thresholds() {
+        let spec = SignalSpec {
+            fps: 100,
+            tone_amplitude: 0.0,
+            start: Some((40, 0)),
+            ..Default::default()
+        };
+        let mut synth = Synth::new(&spec).unwrap();
+        let mut payload = vec![0u8; 8192];
+        let mut counts = [0u64; 4];
+        for _ in 0..20 {
+            synth.next_frameset(&mut [&mut payload[..]]);
+            for b in &payload {
+                for k in 0..4 {
+                    counts[(b >> (2 * k) & 3) as usize] += 1;
+                }
+            }
+        }
+        let total: u64 = counts.iter().sum();
+        let expect_outer = normal_cdf(-TWO_BIT_THRESHOLD_SIGMA);
+        for (state, c) in counts.iter().enumerate() {
+            let frac = *c as f64 / total as f64;
+            let want = if state == 0 || state == 3 {
+                expect_outer
+            } else {
+                0.5 - expect_outer
+            };
+            assert!(
+                (frac - want).abs() < 0.003,
+                "state {state}: {frac} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn correlated_inputs_show_their_lag() {
+        let spec = SignalSpec {
+            frame_size: 32 + 4096,
+            fps: 100,
+            nchan: 2,
+            bits: 8,
+            tone_amplitude: 0.0,
+            correlation: 0.5,
+            delay: 3,
+            start: Some((40, 0)),
+            ..Default::default()
+        };
+        let mut synth = Synth::new(&spec).unwrap();
+        let d = Decoder::new(8).unwrap();
+        let mut payload = vec![0u8; 4096];
+        let mut x = Vec::new();
+        for _ in 0..50 {
+            synth.next_frameset(&mut [&mut payload[..]]);
+            let mut v = vec![0f32; 4096];
+            d.decode(&payload, &mut v).unwrap();
+            x.extend(v);
+        }
+        let n = x.len() / 2;
+        let corr = |lag: usize| -> f64 {
+            (lag..n)
+                .map(|i| x[2 * i] as f64 * x[2 * (i - lag) + 1] as f64)
+                .sum::<f64>()
+                / (n - lag) as f64
+        };
+        // Channel 1 lags channel 0 by 3 samples: x0[n] matches x1[n + 3].
+        let c_best = (0..8)
+            .map(|l| {
+                (0..n - l)
+                    .map(|i| x[2 * (i + l) + 1] as f64 * x[2 * i] as f64)
+                    .sum::<f64>()
+                    / (n - l) as f64
+            })
+            .collect::<Vec<_>>();
+        let best = c_best
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.partial_cmp(b.1).unwrap())
+            .unwrap()
+            .0;
+        assert_eq!(best, 3, "{c_best:?}");
+        assert!((c_best[3] - 0.5).abs() < 0.05, "{}", c_best[3]);
+        assert!(corr(0).abs() < 0.05);
+    }
+
+    #[test]
+    fn normal_helpers_agree() {
+        for p in [0.001, 0.02, 0.3, 0.5, 0.9, 0.999] {
+            assert!((normal_cdf(inverse_normal_cdf(p)) - p).abs() < 1e-6);
+        }
+        assert!((normal_cdf(-1.0) - 0.158_655_25).abs() < 1e-7);
+    }
+}

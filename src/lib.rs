@@ -1,0 +1,14 @@
+//! vdifrec: a lossless recorder and checker for 10 GbE VDIF streams (VLBI).
+//!
+//! The engine is plain Rust; the Python bindings live in `python.rs` behind the `python`
+//! feature, so `cargo test` needs no Python.
+
+pub mod accounting;
+pub mod check;
+pub mod classify;
+pub mod generate;
+pub mod units;
+pub mod vdif;
+
+#[cfg(feature = "python")]
+mod python;

@@ -1,0 +1,607 @@
+//! Python bindings (`vdifrec._core`): argument conversion, `py.detach` around the work,
+//! conversion back. Nothing else lives here; `python/vdifrec/` wraps it in typed classes.
+
+use crate::check::{check_file, CheckError, CheckOptions};
+use crate::generate::{write_frames, GenerateError, SignalSpec};
+use crate::units::{parse_size, SizeError};
+use crate::vdif::decode::{DecodeError, Decoder};
+use crate::vdif::file::{FileError, VdifFile};
+use crate::vdif::header::{Header as CoreHeader, HeaderError as CoreHeaderError};
+use numpy::ndarray::ArrayView2;
+use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+
+create_exception!(
+    vdifrec,
+    HeaderError,
+    PyValueError,
+    "A VDIF header is malformed or a field value does not fit."
+);
+create_exception!(
+    vdifrec,
+    FormatError,
+    PyValueError,
+    "A file is not readable as the VDIF stream it claims to be."
+);
+
+fn header_err(e: CoreHeaderError) -> PyErr {
+    HeaderError::new_err(e.to_string())
+}
+
+fn io_err(e: &std::io::Error, msg: String, path: &std::path::Path) -> PyErr {
+    PyOSError::new_err((
+        e.raw_os_error().unwrap_or(0),
+        msg,
+        path.display().to_string(),
+    ))
+}
+
+fn file_err(e: FileError) -> PyErr {
+    match &e {
+        FileError::Open { path, source } => io_err(source, e.to_string(), path),
+        FileError::BadSampleRate(_) => PyValueError::new_err(e.to_string()),
+        _ => FormatError::new_err(e.to_string()),
+    }
+}
+
+fn decode_err(e: DecodeError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn size_err(e: SizeError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn generate_err(e: GenerateError) -> PyErr {
+    match &e {
+        GenerateError::Write { source, path } => {
+            io_err(source, e.to_string(), std::path::Path::new(path))
+        }
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+fn check_err(e: CheckError) -> PyErr {
+    match &e {
+        CheckError::Io { path, source } => io_err(source, e.to_string(), path),
+        CheckError::NoFrame { .. } => FormatError::new_err(e.to_string()),
+        CheckError::BadFrameSize(_) => PyValueError::new_err(e.to_string()),
+    }
+}
+
+fn json_err(e: serde_json::Error) -> PyErr {
+    PyValueError::new_err(format!("cannot serialise report: {e}"))
+}
+
+/// A VDIF frame header.
+#[pyclass(module = "vdifrec._core", name = "Header", eq, from_py_object)]
+#[derive(Clone, PartialEq)]
+pub struct PyHeader {
+    inner: CoreHeader,
+}
+
+#[pymethods]
+impl PyHeader {
+    #[new]
+    #[pyo3(signature = (*, edv=Some(0), frame_size=8224, nchan=1, bits=2, complex=false,
+        seconds=0, ref_epoch=0, frame_nr=0, thread_id=0, station_id=0, invalid=false,
+        version=1, sample_rate=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        edv: Option<u32>,
+        frame_size: usize,
+        nchan: u32,
+        bits: u32,
+        complex: bool,
+        seconds: u32,
+        ref_epoch: u32,
+        frame_nr: u32,
+        thread_id: u32,
+        station_id: u32,
+        invalid: bool,
+        version: u32,
+        sample_rate: Option<f64>,
+    ) -> PyResult<Self> {
+        use crate::vdif::header::field;
+        let mut h = CoreHeader::new(edv, frame_size, nchan, bits, complex).map_err(header_err)?;
+        for (f, v) in [
+            (field::SECONDS, seconds),
+            (field::REF_EPOCH, ref_epoch),
+            (field::FRAME_NR, frame_nr),
+            (field::THREAD_ID, thread_id),
+            (field::STATION_ID, station_id),
+            (field::INVALID, invalid as u32),
+            (field::VERSION, version),
+        ] {
+            h.set(f, v).map_err(header_err)?;
+        }
+        if let Some(sr) = sample_rate {
+            h.set_sample_rate_hz(sr).map_err(header_err)?;
+        }
+        Ok(PyHeader { inner: h })
+    }
+
+    /// Parses a header from the start of `data` (16 or 32 bytes); `verify` checks it.
+    #[staticmethod]
+    #[pyo3(signature = (data, verify=true))]
+    fn from_bytes(data: &[u8], verify: bool) -> PyResult<Self> {
+        let h = if verify {
+            CoreHeader::parse(data)
+        } else {
+            CoreHeader::parse_unchecked(data)
+        }
+        .map_err(header_err)?;
+        Ok(PyHeader { inner: h })
+    }
+
+    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, pyo3::types::PyBytes> {
+        pyo3::types::PyBytes::new(py, &self.inner.to_bytes())
+    }
+
+    fn validate(&self) -> PyResult<()> {
+        self.inner.validate().map_err(header_err)
+    }
+
+    /// Raw field value by name (see `keys()`).
+    fn __getitem__(&self, name: &str) -> PyResult<u32> {
+        let f = self
+            .inner
+            .field_by_name(name)
+            .map_err(|e| pyo3::exceptions::PyKeyError::new_err(e.to_string()))?;
+        Ok(self.inner.get(f))
+    }
+
+    fn __setitem__(&mut self, name: &str, value: u32) -> PyResult<()> {
+        let f = self
+            .inner
+            .field_by_name(name)
+            .map_err(|e| pyo3::exceptions::PyKeyError::new_err(e.to_string()))?;
+        self.inner.set(f, value).map_err(header_err)
+    }
+
+    /// Names of the fields this header's EDV defines.
+    fn keys(&self) -> Vec<&'static str> {
+        self.inner.fields().iter().map(|f| f.name).collect()
+    }
+
+    #[getter]
+    fn words(&self) -> Vec<u32> {
+        self.inner.words().to_vec()
+    }
+    #[getter]
+    fn invalid(&self) -> bool {
+        self.inner.is_invalid()
+    }
+    #[getter]
+    fn legacy(&self) -> bool {
+        self.inner.is_legacy()
+    }
+    #[getter]
+    fn edv(&self) -> Option<u32> {
+        self.inner.edv()
+    }
+    #[getter]
+    fn seconds(&self) -> u32 {
+        self.inner.seconds()
+    }
+    #[getter]
+    fn ref_epoch(&self) -> u32 {
+        self.inner.ref_epoch()
+    }
+    #[getter]
+    fn frame_nr(&self) -> u32 {
+        self.inner.frame_nr()
+    }
+    #[getter]
+    fn version(&self) -> u32 {
+        self.inner.version()
+    }
+    #[getter]
+    fn nchan(&self) -> u32 {
+        self.inner.nchan()
+    }
+    #[getter]
+    fn bits(&self) -> u32 {
+        self.inner.bits()
+    }
+    #[getter]
+    fn complex(&self) -> bool {
+        self.inner.is_complex()
+    }
+    #[getter]
+    fn thread_id(&self) -> u32 {
+        self.inner.thread_id()
+    }
+    #[getter]
+    fn station_id(&self) -> u32 {
+        self.inner.station_id()
+    }
+    #[getter]
+    fn station(&self) -> String {
+        self.inner.station_name()
+    }
+    #[getter]
+    fn frame_size(&self) -> usize {
+        self.inner.frame_size()
+    }
+    #[getter]
+    fn header_size(&self) -> usize {
+        self.inner.header_size()
+    }
+    #[getter]
+    fn payload_size(&self) -> usize {
+        self.inner.payload_size()
+    }
+    #[getter]
+    fn samples_per_frame(&self) -> usize {
+        self.inner.samples_per_frame()
+    }
+    /// Sample rate per channel in Hz from an EDV 1/3 header, else None.
+    #[getter]
+    fn sample_rate(&self) -> Option<f64> {
+        self.inner.sample_rate_hz()
+    }
+    #[getter]
+    fn validity_mask(&self) -> Option<u64> {
+        self.inner.validity_mask()
+    }
+
+    /// Seconds since 1970 (POSIX, UTC) of the frame's start; `frame_rate` in frames per second
+    /// is needed for a non-zero frame number unless the header carries the sample rate.
+    #[pyo3(signature = (frame_rate=None))]
+    fn unix_time(&self, frame_rate: Option<f64>) -> PyResult<(i64, f64)> {
+        let t = self.inner.time(frame_rate).map_err(header_err)?;
+        Ok((t.unix_seconds, t.fraction))
+    }
+
+    fn __repr__(&self) -> String {
+        let h = &self.inner;
+        format!(
+            "<Header edv={} seconds={} ref_epoch={} frame_nr={} thread_id={} frame_size={} nchan={} bits={} complex={} invalid={} station={}>",
+            h.edv().map_or("legacy".into(), |e| e.to_string()),
+            h.seconds(),
+            h.ref_epoch(),
+            h.frame_nr(),
+            h.thread_id(),
+            h.frame_size(),
+            h.nchan(),
+            h.bits(),
+            py_bool(h.is_complex()),
+            py_bool(h.is_invalid()),
+            h.station_name()
+        )
+    }
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+/// Memory-mapped VDIF file (wrapped by `vdifrec.open`).
+#[pyclass(module = "vdifrec._core", frozen)]
+pub struct FileReader {
+    file: VdifFile,
+}
+
+#[pymethods]
+impl FileReader {
+    #[new]
+    #[pyo3(signature = (path, sample_rate=None))]
+    fn new(py: Python<'_>, path: std::path::PathBuf, sample_rate: Option<f64>) -> PyResult<Self> {
+        let file = py
+            .detach(|| VdifFile::open(&path, sample_rate))
+            .map_err(file_err)?;
+        Ok(FileReader { file })
+    }
+
+    #[getter]
+    fn header0(&self) -> PyHeader {
+        PyHeader {
+            inner: self.file.info().header0,
+        }
+    }
+    #[getter]
+    fn thread_ids(&self) -> Vec<u32> {
+        self.file.info().thread_ids.clone()
+    }
+    #[getter]
+    fn samples_per_frame(&self) -> usize {
+        self.file.info().samples_per_frame
+    }
+    #[getter]
+    fn sample_rate(&self) -> f64 {
+        self.file.info().sample_rate
+    }
+    #[getter]
+    fn sample_rate_source(&self) -> &'static str {
+        self.file.info().sample_rate_source
+    }
+    #[getter]
+    fn frame_rate(&self) -> f64 {
+        self.file.info().frame_rate
+    }
+    #[getter]
+    fn n_samples(&self) -> usize {
+        self.file.info().n_samples()
+    }
+    #[getter]
+    fn n_frames(&self) -> usize {
+        self.file.info().n_frames
+    }
+    #[getter]
+    fn frame_size(&self) -> usize {
+        self.file.info().frame_size
+    }
+    #[getter]
+    fn values_per_sample(&self) -> usize {
+        self.file.info().values_per_sample()
+    }
+
+    /// Decodes `count` samples from `start` into the float32 array `out` (flat, C order).
+    fn read_into(
+        &self,
+        py: Python<'_>,
+        start: usize,
+        count: usize,
+        out: &Bound<'_, PyArray1<f32>>,
+    ) -> PyResult<()> {
+        let mut rw = out.readwrite();
+        let slice = rw
+            .as_slice_mut()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        py.detach(|| self.file.read(start, count, slice))
+            .map_err(file_err)
+    }
+
+    /// The file's whole frames as a read-only (n_frames, frame_size) uint8 array over the
+    /// memory map itself; the array keeps this reader (and the map) alive.
+    fn frames<'py>(slf: Bound<'py, Self>) -> Bound<'py, PyArray2<u8>> {
+        let reader = slf.get();
+        let bytes = reader.file.frame_bytes();
+        let (rows, cols) = (reader.file.info().n_frames, reader.file.info().frame_size);
+        // SAFETY: the map lives as long as `slf`, which becomes the array's base object; it is
+        // never remapped.
+        unsafe { readonly_view(bytes.as_ptr(), rows, cols, slf.into_any()) }
+    }
+}
+
+/// A read-only NumPy view of `rows × cols` bytes at `ptr`, kept alive by `owner`.
+///
+/// # Safety
+/// The memory must stay valid and unmoved for as long as `owner` lives.
+unsafe fn readonly_view<'py>(
+    ptr: *const u8,
+    rows: usize,
+    cols: usize,
+    owner: Bound<'py, PyAny>,
+) -> Bound<'py, PyArray2<u8>> {
+    unsafe {
+        let view = ArrayView2::from_shape_ptr((rows, cols), ptr);
+        let array = PyArray2::borrow_from_array(&view, owner);
+        drop(array.readwrite().make_nonwriteable());
+        array
+    }
+}
+
+/// Decodes the payloads of frames (rows of uint8, one frame each, all of one thread layout)
+/// into `out` (float32, flat): values of frame 0, then frame 1, ...
+#[pyfunction]
+fn decode_payloads(
+    py: Python<'_>,
+    frames: PyReadonlyArray2<'_, u8>,
+    header_size: usize,
+    bits: u32,
+    out: &Bound<'_, PyArray1<f32>>,
+) -> PyResult<()> {
+    let decoder = Decoder::new(bits).map_err(decode_err)?;
+    let frames = frames.as_array();
+    let (n, fs) = (frames.shape()[0], frames.shape()[1]);
+    let payload = fs.checked_sub(header_size).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "frames of {fs} bytes are shorter than the {header_size}-byte header"
+        ))
+    })?;
+    let per = decoder.values_in(payload);
+    let mut rw = out.readwrite();
+    let dst = rw
+        .as_slice_mut()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    if dst.len() < n * per {
+        return Err(decode_err(DecodeError::OutputTooSmall {
+            needed: n * per,
+            got: dst.len(),
+        }));
+    }
+    let rows: Vec<&[u8]> = frames
+        .rows()
+        .into_iter()
+        .map(|r| {
+            r.to_slice()
+                .ok_or_else(|| PyValueError::new_err("frames must be C-contiguous rows"))
+        })
+        .collect::<PyResult<_>>()?;
+    py.detach(|| {
+        for (i, row) in rows.iter().enumerate() {
+            decoder.decode(&row[header_size..], &mut dst[i * per..(i + 1) * per])?;
+        }
+        Ok(())
+    })
+    .map_err(decode_err)
+}
+
+/// The benchmark baseline: a plain lookup-table loop over bytes (2-bit, 4 values a byte), no
+/// frames, no headers: the memory-bandwidth limit a decoder can approach.
+#[pyfunction]
+fn plain_lut_decode(
+    py: Python<'_>,
+    data: numpy::PyReadonlyArray1<'_, u8>,
+    out: &Bound<'_, PyArray1<f32>>,
+) -> PyResult<()> {
+    let lut: Vec<[f32; 4]> = (0..256u32)
+        .map(|b| {
+            let lv = crate::vdif::decode::levels(2).expect("2-bit levels");
+            [0, 1, 2, 3].map(|k| lv[(b >> (2 * k) & 3) as usize])
+        })
+        .collect();
+    let src = data
+        .as_slice()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let mut rw = out.readwrite();
+    let dst = rw
+        .as_slice_mut()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    if dst.len() < 4 * src.len() {
+        return Err(PyValueError::new_err(
+            "out must hold 4 values per input byte",
+        ));
+    }
+    py.detach(|| {
+        for (b, o) in src.iter().zip(dst.chunks_exact_mut(4)) {
+            o.copy_from_slice(&lut[*b as usize]);
+        }
+    });
+    Ok(())
+}
+
+/// Checks a file; returns the report as JSON text.
+#[pyfunction]
+#[pyo3(signature = (path, fps=None, frame_size=None))]
+fn check(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    fps: Option<u32>,
+    frame_size: Option<usize>,
+) -> PyResult<String> {
+    let opts = CheckOptions { fps, frame_size };
+    let report = py.detach(|| check_file(&path, &opts)).map_err(check_err)?;
+    serde_json::to_string(&report).map_err(json_err)
+}
+
+/// Writes a synthetic recording; returns the first frame's header.
+#[pyfunction]
+#[pyo3(signature = (path, *, seconds=1.0, fps=125000, frame_size=8224, nchan=4, bits=2,
+    threads=1, tone_mhz=None, tone_amplitude=0.3, correlation=0.0, delay=0, seed=1,
+    station=0, edv=0, ref_epoch=None, start_second=None))]
+#[allow(clippy::too_many_arguments)]
+fn generate(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    seconds: f64,
+    fps: u32,
+    frame_size: usize,
+    nchan: u32,
+    bits: u32,
+    threads: u32,
+    tone_mhz: Option<f64>,
+    tone_amplitude: f64,
+    correlation: f64,
+    delay: usize,
+    seed: u64,
+    station: u16,
+    edv: u32,
+    ref_epoch: Option<u32>,
+    start_second: Option<u32>,
+) -> PyResult<PyHeader> {
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(PyValueError::new_err(format!(
+            "seconds must be a positive duration, got {seconds}"
+        )));
+    }
+    let start = match (ref_epoch, start_second) {
+        (None, None) => None,
+        (e, s) => {
+            let (now_e, now_s) = crate::vdif::time::epoch_and_seconds(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64),
+            );
+            Some((e.unwrap_or(now_e), s.unwrap_or(now_s)))
+        }
+    };
+    let spec = SignalSpec {
+        frame_size,
+        fps,
+        nchan,
+        bits,
+        threads,
+        tone_mhz,
+        tone_amplitude,
+        correlation,
+        delay,
+        seed,
+        station,
+        edv,
+        start,
+    };
+    spec.template().map_err(generate_err)?;
+    let frame_sets = (seconds * fps as f64).round().max(1.0) as u64;
+    let header = py
+        .detach(|| -> Result<CoreHeader, GenerateError> {
+            let file = std::fs::File::create(&path).map_err(|source| GenerateError::Write {
+                path: path.display().to_string(),
+                source,
+            })?;
+            let mut w = std::io::BufWriter::with_capacity(4 << 20, file);
+            let h = write_frames(&spec, frame_sets, &mut w, &path.display().to_string())?;
+            use std::io::Write;
+            w.flush().map_err(|source| GenerateError::Write {
+                path: path.display().to_string(),
+                source,
+            })?;
+            Ok(h)
+        })
+        .map_err(generate_err)?;
+    Ok(PyHeader { inner: header })
+}
+
+/// Parses a byte size such as "8GiB"; `name` names the argument in the error.
+#[pyfunction]
+fn parse_size_arg(name: &str, text: &str) -> PyResult<u64> {
+    parse_size(name, text).map_err(size_err)
+}
+
+/// Expected 2-bit state fractions for Gaussian input quantised at ±threshold σ.
+#[pyfunction]
+fn two_bit_state_fractions(threshold_sigma: f64) -> (f64, f64, f64, f64) {
+    let outer = crate::generate::normal_cdf(-threshold_sigma);
+    (outer, 0.5 - outer, 0.5 - outer, outer)
+}
+
+/// Whether this extension was compiled with optimisations (debug builds are too slow to
+/// capture at 8 Gbps).
+#[pyfunction]
+fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("HeaderError", py.get_type::<HeaderError>())?;
+    m.add("FormatError", py.get_type::<FormatError>())?;
+    m.add(
+        "TWO_BIT_THRESHOLD_SIGMA",
+        crate::generate::TWO_BIT_THRESHOLD_SIGMA,
+    )?;
+    m.add_class::<PyHeader>()?;
+    m.add_class::<FileReader>()?;
+    m.add_function(wrap_pyfunction!(decode_payloads, m)?)?;
+    m.add_function(wrap_pyfunction!(check, m)?)?;
+    m.add_function(wrap_pyfunction!(plain_lut_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(generate, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_size_arg, m)?)?;
+    m.add_function(wrap_pyfunction!(two_bit_state_fractions, m)?)?;
+    m.add_function(wrap_pyfunction!(build_profile, m)?)?;
+    Ok(())
+}

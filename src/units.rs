@@ -1,0 +1,75 @@
+//! Sizes and rates as people write them: `8GiB`, `512MiB`, `1.5GB`, `125000`.
+
+use thiserror::Error;
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{name}: cannot read {text:?} as a size; write bytes (8589934592) or a number with a unit: KiB, MiB, GiB, TiB (powers of 1024) or kB, MB, GB, TB (powers of 1000), e.g. \"8GiB\"")]
+pub struct SizeError {
+    pub name: String,
+    pub text: String,
+}
+
+/// Parses a byte size; `name` is the argument's name, for the error.
+pub fn parse_size(name: &str, text: &str) -> Result<u64, SizeError> {
+    let err = || SizeError {
+        name: name.to_string(),
+        text: text.to_string(),
+    };
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: f64 = num.replace('_', "").parse().map_err(|_| err())?;
+    let mult: f64 = match unit.trim() {
+        "" | "B" | "b" => 1.0,
+        "k" | "kB" | "KB" => 1e3,
+        "M" | "MB" => 1e6,
+        "G" | "GB" => 1e9,
+        "T" | "TB" => 1e12,
+        "Ki" | "KiB" | "K" => 1024.0,
+        "Mi" | "MiB" => 1024.0 * 1024.0,
+        "Gi" | "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "Ti" | "TiB" => 1024.0f64.powi(4),
+        _ => return Err(err()),
+    };
+    let bytes = num * mult;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 || bytes.fract() != 0.0 {
+        return Err(err());
+    }
+    Ok(bytes as u64)
+}
+
+/// Formats a byte count with a binary unit, `1.00 GiB`.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("ring", "8GiB").unwrap(), 8 << 30);
+        assert_eq!(parse_size("ring", "512 MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("ring", "1.5GB").unwrap(), 1_500_000_000);
+        assert_eq!(parse_size("ring", "4096").unwrap(), 4096);
+        let e = parse_size("ring", "8 gigs").unwrap_err().to_string();
+        assert!(e.starts_with("ring: cannot read \"8 gigs\""), "{e}");
+        assert!(parse_size("ring", "-3").is_err());
+        assert!(parse_size("ring", "0.5").is_err());
+        assert_eq!(format_size(1 << 30), "1.00 GiB");
+    }
+}

@@ -1,0 +1,11 @@
+//! The VDIF format: headers, sample decoding, files.
+
+pub mod decode;
+pub mod file;
+pub mod header;
+pub mod time;
+
+pub use decode::{DecodeError, Decoder};
+pub use file::{FileError, StreamInfo, VdifFile};
+pub use header::{field, Field, Header, HeaderError};
+pub use time::{Utc, VdifTime};
