@@ -4,11 +4,18 @@
 //! feature, so `cargo test` needs no Python.
 
 pub mod accounting;
+pub mod affinity;
+pub mod capture;
 pub mod check;
 pub mod classify;
 pub mod generate;
+pub mod recorder;
+pub mod ring;
+pub mod sender;
+pub mod stats;
 pub mod units;
 pub mod vdif;
+pub mod writer;
 
 #[cfg(feature = "python")]
 mod python;

@@ -3,15 +3,20 @@
 
 use crate::check::{check_file, CheckError, CheckOptions};
 use crate::generate::{write_frames, GenerateError, SignalSpec};
+use crate::recorder::{BackendKind, RecordError, Recorder as CoreRecorder, RecorderConfig, Shared};
+use crate::sender::{parse_drops, SendConfig, SendError, Sender as CoreSender};
 use crate::units::{parse_size, SizeError};
 use crate::vdif::decode::{DecodeError, Decoder};
 use crate::vdif::file::{FileError, VdifFile};
 use crate::vdif::header::{Header as CoreHeader, HeaderError as CoreHeaderError};
+use crate::writer::Target;
 use numpy::ndarray::ArrayView2;
 use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 create_exception!(
     vdifrec,
@@ -25,6 +30,52 @@ create_exception!(
     PyValueError,
     "A file is not readable as the VDIF stream it claims to be."
 );
+
+create_exception!(
+    vdifrec,
+    RecorderError,
+    pyo3::exceptions::PyRuntimeError,
+    "The recorder could not start or failed."
+);
+create_exception!(
+    vdifrec,
+    PortInUseError,
+    RecorderError,
+    "The UDP port is taken by another program."
+);
+create_exception!(
+    vdifrec,
+    OutputError,
+    RecorderError,
+    "The recording cannot be written where asked (exists, no directory, not writable)."
+);
+create_exception!(
+    vdifrec,
+    SenderError,
+    pyo3::exceptions::PyRuntimeError,
+    "The sender could not start or failed."
+);
+
+fn record_err(e: RecordError) -> PyErr {
+    use crate::capture::udp::UdpError;
+    match &e {
+        RecordError::BadArgument { .. } => PyValueError::new_err(e.to_string()),
+        RecordError::Udp(UdpError::PortInUse { .. }) => PortInUseError::new_err(e.to_string()),
+        RecordError::OutputExists(_)
+        | RecordError::NoDirectory(_)
+        | RecordError::NotWritable { .. } => OutputError::new_err(e.to_string()),
+        _ => RecorderError::new_err(e.to_string()),
+    }
+}
+
+fn send_err(e: SendError) -> PyErr {
+    match &e {
+        SendError::BadArgument { .. } | SendError::Generate(_) => {
+            PyValueError::new_err(e.to_string())
+        }
+        _ => SenderError::new_err(e.to_string()),
+    }
+}
 
 fn header_err(e: CoreHeaderError) -> PyErr {
     HeaderError::new_err(e.to_string())
@@ -513,17 +564,7 @@ fn generate(
             "seconds must be a positive duration, got {seconds}"
         )));
     }
-    let start = match (ref_epoch, start_second) {
-        (None, None) => None,
-        (e, s) => {
-            let (now_e, now_s) = crate::vdif::time::epoch_and_seconds(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs() as i64),
-            );
-            Some((e.unwrap_or(now_e), s.unwrap_or(now_s)))
-        }
-    };
+    let start = start_time(ref_epoch, start_second);
     let spec = SignalSpec {
         frame_size,
         fps,
@@ -558,6 +599,305 @@ fn generate(
         })
         .map_err(generate_err)?;
     Ok(PyHeader { inner: header })
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> PyResult<String> {
+    serde_json::to_string(v).map_err(json_err)
+}
+
+fn parse_ip(name: &str, text: &str) -> PyResult<std::net::IpAddr> {
+    text.parse().map_err(|_| {
+        PyValueError::new_err(format!(
+            "{name}: {text:?} is not an IP address (e.g. 0.0.0.0, 127.0.0.1, 239.1.2.3)"
+        ))
+    })
+}
+
+/// The recording engine (wrapped by `vdifrec.Recorder`).
+#[pyclass(module = "vdifrec._core", name = "Recorder", frozen)]
+pub struct PyRecorder {
+    config: RecorderConfig,
+    inner: Mutex<Option<CoreRecorder>>,
+    shared: Mutex<Option<Arc<Shared>>>,
+    summary: Mutex<Option<String>>,
+}
+
+#[pymethods]
+impl PyRecorder {
+    #[new]
+    #[pyo3(signature = (*, port, bind="127.0.0.1", multicast=None, path=None, directory=None,
+        prefix="vdifrec", ring=1073741824, frame_size=None, offset=0, psn=false, fps=None,
+        file_size=None, capture_cpu=None, writer_cpu=None, direct=true, rcvbuf=268435456,
+        huge_pages=true, mlock=true, max_frames=None, backend="udp", throttle=None,
+        disk_limit=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        port: u16,
+        bind: &str,
+        multicast: Option<&str>,
+        path: Option<std::path::PathBuf>,
+        directory: Option<std::path::PathBuf>,
+        prefix: &str,
+        ring: u64,
+        frame_size: Option<usize>,
+        offset: usize,
+        psn: bool,
+        fps: Option<u32>,
+        file_size: Option<u64>,
+        capture_cpu: Option<usize>,
+        writer_cpu: Option<usize>,
+        direct: bool,
+        rcvbuf: u64,
+        huge_pages: bool,
+        mlock: bool,
+        max_frames: Option<u64>,
+        backend: &str,
+        throttle: Option<u64>,
+        disk_limit: Option<u64>,
+    ) -> PyResult<Self> {
+        let target = match (path, directory) {
+            (Some(_), Some(_)) => {
+                return Err(PyValueError::new_err(
+                    "path and directory: give one (path for one named file, directory + prefix for time-stamped names)",
+                ))
+            }
+            (Some(p), None) => Some(Target::File(p)),
+            (None, Some(d)) => Some(Target::Dir {
+                dir: d,
+                prefix: prefix.to_string(),
+            }),
+            (None, None) => None,
+        };
+        let backend = match backend {
+            "udp" => BackendKind::Udp,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "backend: {other:?} is not available; choose \"udp\""
+                )))
+            }
+        };
+        let config = RecorderConfig {
+            bind: parse_ip("bind", bind)?,
+            port,
+            multicast: multicast.map(|m| parse_ip("multicast", m)).transpose()?,
+            target,
+            ring_bytes: ring,
+            frame_size,
+            offset,
+            psn,
+            fps,
+            file_size,
+            capture_cpu,
+            writer_cpu,
+            auto_pin: true,
+            direct,
+            rcvbuf,
+            huge_pages,
+            mlock,
+            max_frames,
+            backend,
+            throttle,
+            disk_limit,
+        };
+        Ok(PyRecorder {
+            config,
+            inner: Mutex::new(None),
+            shared: Mutex::new(None),
+            summary: Mutex::new(None),
+        })
+    }
+
+    /// Binds the socket, reserves the ring, starts the threads; returns the bound (host, port).
+    fn start(&self, py: Python<'_>) -> PyResult<(String, u16)> {
+        let mut inner = self.inner.lock().unwrap();
+        if inner.is_some() || self.summary.lock().unwrap().is_some() {
+            return Err(RecorderError::new_err(
+                "this recorder has been started already; make a new Recorder for a new recording",
+            ));
+        }
+        let cfg = self.config.clone();
+        let rec = py.detach(|| CoreRecorder::start(cfg)).map_err(record_err)?;
+        let addr = rec.local_addr();
+        *self.shared.lock().unwrap() = Some(rec.shared());
+        *inner = Some(rec);
+        Ok((addr.ip().to_string(), addr.port()))
+    }
+
+    /// Stops (drains the ring to disk) and returns the summary as JSON; again: the same one.
+    fn stop(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        if let Some(s) = self.summary.lock().unwrap().clone() {
+            return Ok(Some(s));
+        }
+        let taken = self.inner.lock().unwrap().take();
+        let Some(mut rec) = taken else {
+            return Ok(None);
+        };
+        let summary = py.detach(move || rec.stop());
+        let json = to_json(&summary)?;
+        *self.summary.lock().unwrap() = Some(json.clone());
+        Ok(Some(json))
+    }
+
+    /// Every counter now, as JSON (None before start or after stop).
+    fn stats(&self) -> PyResult<Option<String>> {
+        match self.inner.lock().unwrap().as_ref() {
+            Some(r) => Ok(Some(to_json(&r.stats())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits up to `timeout` seconds for per-second rows beyond index `start`; JSON list.
+    fn wait_rows(&self, py: Python<'_>, start: usize, timeout: f64) -> PyResult<String> {
+        let Some(shared) = self.shared.lock().unwrap().clone() else {
+            return Ok("[]".into());
+        };
+        let rows = py.detach(|| shared.wait_rows(start, Duration::from_secs_f64(timeout.max(0.0))));
+        to_json(&rows)
+    }
+
+    /// The capture has ended by itself (frame limit reached) or the recording failed.
+    fn finished(&self) -> bool {
+        self.shared
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|s| s.finished())
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.inner
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map_or_else(Vec::new, |r| r.notes())
+    }
+
+    #[getter]
+    fn running(&self) -> bool {
+        self.inner.lock().unwrap().is_some()
+    }
+}
+
+/// The VDIF sender (wrapped by `vdifrec.send` and `vdifrec.Sender`).
+#[pyclass(module = "vdifrec._core", name = "Sender", frozen)]
+pub struct PySender {
+    inner: Mutex<CoreSender>,
+}
+
+#[pymethods]
+impl PySender {
+    #[new]
+    #[pyo3(signature = (host, port, *, duration=None, frames=None, fps=125000, frame_size=8224,
+        nchan=4, bits=2, threads=1, tone_mhz=None, tone_amplitude=0.3, seed=1, station=0,
+        edv=0, ref_epoch=None, start_second=None, psn=false, drop=None, reorder=None,
+        garbage=0, file=None, record_sent=None, pool=1024, cpu=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        host: &str,
+        port: u16,
+        duration: Option<f64>,
+        frames: Option<u64>,
+        fps: u32,
+        frame_size: usize,
+        nchan: u32,
+        bits: u32,
+        threads: u32,
+        tone_mhz: Option<f64>,
+        tone_amplitude: f64,
+        seed: u64,
+        station: u16,
+        edv: u32,
+        ref_epoch: Option<u32>,
+        start_second: Option<u32>,
+        psn: bool,
+        drop: Option<&str>,
+        reorder: Option<u64>,
+        garbage: u64,
+        file: Option<std::path::PathBuf>,
+        record_sent: Option<std::path::PathBuf>,
+        pool: usize,
+        cpu: Option<usize>,
+    ) -> PyResult<Self> {
+        let ip = parse_ip("to", host)?;
+        let spec = SignalSpec {
+            frame_size,
+            fps,
+            nchan,
+            bits,
+            threads,
+            tone_mhz,
+            tone_amplitude,
+            correlation: 0.0,
+            delay: 0,
+            seed,
+            station,
+            edv,
+            start: start_time(ref_epoch, start_second),
+        };
+        let mut cfg = SendConfig::new(std::net::SocketAddr::new(ip, port), spec);
+        cfg.duration = duration;
+        cfg.frames = frames;
+        cfg.psn = psn;
+        cfg.drops = drop
+            .map(parse_drops)
+            .transpose()
+            .map_err(send_err)?
+            .unwrap_or_default();
+        cfg.reorder = reorder;
+        cfg.garbage = garbage;
+        cfg.file = file;
+        cfg.record_sent = record_sent;
+        cfg.pool = pool;
+        cfg.cpu = cpu;
+        let sender = py.detach(|| CoreSender::start(cfg)).map_err(send_err)?;
+        Ok(PySender {
+            inner: Mutex::new(sender),
+        })
+    }
+
+    /// Waits up to `timeout` seconds (forever if None); the summary as JSON once finished.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<String>> {
+        let result = py.detach(|| {
+            self.inner
+                .lock()
+                .unwrap()
+                .wait(timeout.map(|t| Duration::from_secs_f64(t.max(0.0))))
+        });
+        match result {
+            None => Ok(None),
+            Some(Ok(s)) => Ok(Some(to_json(&s)?)),
+            Some(Err(e)) => Err(SenderError::new_err(e)),
+        }
+    }
+
+    /// Stops sending; returns the summary as JSON.
+    fn stop(&self, py: Python<'_>) -> PyResult<String> {
+        let result = py.detach(|| self.inner.lock().unwrap().stop());
+        match result {
+            Ok(s) => to_json(&s),
+            Err(e) => Err(SenderError::new_err(e)),
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.inner.lock().unwrap().is_finished()
+    }
+}
+
+fn start_time(ref_epoch: Option<u32>, start_second: Option<u32>) -> Option<(u32, u32)> {
+    match (ref_epoch, start_second) {
+        (None, None) => None,
+        (e, s) => {
+            let (now_e, now_s) = crate::vdif::time::epoch_and_seconds(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64),
+            );
+            Some((e.unwrap_or(now_e), s.unwrap_or(now_s)))
+        }
+    }
 }
 
 /// Parses a byte size such as "8GiB"; `name` names the argument in the error.
@@ -596,6 +936,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_class::<PyHeader>()?;
     m.add_class::<FileReader>()?;
+    m.add_class::<PyRecorder>()?;
+    m.add_class::<PySender>()?;
+    m.add("RecorderError", py.get_type::<RecorderError>())?;
+    m.add("PortInUseError", py.get_type::<PortInUseError>())?;
+    m.add("OutputError", py.get_type::<OutputError>())?;
+    m.add("SenderError", py.get_type::<SenderError>())?;
     m.add_function(wrap_pyfunction!(decode_payloads, m)?)?;
     m.add_function(wrap_pyfunction!(check, m)?)?;
     m.add_function(wrap_pyfunction!(plain_lut_decode, m)?)?;

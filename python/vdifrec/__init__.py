@@ -13,9 +13,11 @@ import warnings as _warnings
 from pathlib import Path as _Path
 
 from . import _core
-from ._core import FormatError, Header, HeaderError
+from ._core import FormatError, Header, HeaderError, OutputError, PortInUseError, RecorderError, SenderError
 from .files import check, generate
 from .reader import Reader, decode, open
+from .recorder import Recorder, Sender, send
+from .reports import FileRecord, SecondRow, Stats, Summary, ThreadSecond
 
 __version__: str = _core.__version__
 
@@ -31,14 +33,26 @@ if _core.build_profile() == "debug":
     )
 
 __all__ = [
+    "FileRecord",
     "FormatError",
     "Header",
     "HeaderError",
+    "OutputError",
+    "PortInUseError",
     "Reader",
+    "Recorder",
+    "RecorderError",
     "SAMPLE_VDIF",
+    "SecondRow",
+    "Sender",
+    "SenderError",
+    "Stats",
+    "Summary",
+    "ThreadSecond",
     "__version__",
     "check",
     "decode",
     "generate",
     "open",
+    "send",
 ]

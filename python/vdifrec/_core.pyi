@@ -11,6 +11,12 @@ __all__ = [
     "FormatError",
     "Header",
     "HeaderError",
+    "OutputError",
+    "PortInUseError",
+    "Recorder",
+    "RecorderError",
+    "Sender",
+    "SenderError",
     "TWO_BIT_THRESHOLD_SIGMA",
     "build_profile",
     "check",
@@ -30,6 +36,98 @@ class HeaderError(ValueError):
 
 class FormatError(ValueError):
     """A file is not readable as the VDIF stream it claims to be."""
+
+class RecorderError(RuntimeError):
+    """The recorder could not start or failed."""
+
+class PortInUseError(RecorderError):
+    """The UDP port is taken by another program."""
+
+class OutputError(RecorderError):
+    """The recording cannot be written where asked (exists, no directory, not writable)."""
+
+class SenderError(RuntimeError):
+    """The sender could not start or failed."""
+
+@final
+class Recorder:
+    """The recording engine; see ``vdifrec.Recorder`` for the arguments."""
+
+    def __new__(
+        cls,
+        *,
+        port: int,
+        bind: str = "127.0.0.1",
+        multicast: str | None = None,
+        path: str | None = None,
+        directory: str | None = None,
+        prefix: str = "vdifrec",
+        ring: int = 1073741824,
+        frame_size: int | None = None,
+        offset: int = 0,
+        psn: bool = False,
+        fps: int | None = None,
+        file_size: int | None = None,
+        capture_cpu: int | None = None,
+        writer_cpu: int | None = None,
+        direct: bool = True,
+        rcvbuf: int = 268435456,
+        huge_pages: bool = True,
+        mlock: bool = True,
+        max_frames: int | None = None,
+        backend: str = "udp",
+        throttle: int | None = None,
+        disk_limit: int | None = None,
+    ) -> Recorder: ...
+    def start(self) -> tuple[str, int]:
+        """Binds, allocates the ring, starts the threads; the bound (host, port)."""
+    def stop(self) -> str | None:
+        """Drains to disk; the summary as JSON (None if never started)."""
+    def stats(self) -> str | None:
+        """Every counter as JSON (None when not running)."""
+    def wait_rows(self, start: int, timeout: float) -> str:
+        """Rows after index ``start`` as a JSON list, waiting up to ``timeout`` seconds."""
+    def finished(self) -> bool: ...
+    def notes(self) -> list[str]: ...
+    @property
+    def running(self) -> bool: ...
+
+@final
+class Sender:
+    """A paced VDIF sender running in its own thread; see ``vdifrec.Sender``."""
+
+    def __new__(
+        cls,
+        host: str,
+        port: int,
+        *,
+        duration: float | None = None,
+        frames: int | None = None,
+        fps: int = 125000,
+        frame_size: int = 8224,
+        nchan: int = 4,
+        bits: int = 2,
+        threads: int = 1,
+        tone_mhz: float | None = None,
+        tone_amplitude: float = 0.3,
+        seed: int = 1,
+        station: int = 0,
+        edv: int = 0,
+        ref_epoch: int | None = None,
+        start_second: int | None = None,
+        psn: bool = False,
+        drop: str | None = None,
+        reorder: int | None = None,
+        garbage: int = 0,
+        file: str | None = None,
+        record_sent: str | None = None,
+        pool: int = 1024,
+        cpu: int | None = None,
+    ) -> Sender: ...
+    def wait(self, timeout: float | None = None) -> str | None:
+        """The summary as JSON once finished, else None after ``timeout`` seconds."""
+    def stop(self) -> str: ...
+    def finished(self) -> bool: ...
 
 @final
 class Header:

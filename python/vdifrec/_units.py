@@ -27,9 +27,14 @@ def to_hz(value: Any, name: str = "sample_rate") -> float | None:
 
 
 def to_bytes(value: int | str | None, name: str) -> int | None:
-    """A byte count from an int or a string like "8GiB"; the error names the argument."""
+    """A byte count from an int or a string like "8GiB" (None stays None); the error names the argument."""
     if value is None:
         return None
+    return size(value, name)
+
+
+def size(value: int | str, name: str) -> int:
+    """A byte count from an int or a string like "8GiB"; the error names the argument."""
     if isinstance(value, bool):
         raise ValueError(f"{name}: expected a size such as 1073741824 or \"1GiB\", got {value!r}")
     if isinstance(value, int):

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _core
+from . import _cli_record, _core
 from .files import check, generate
 
 __all__ = ["main"]
@@ -216,44 +216,16 @@ def _run_info(a: argparse.Namespace) -> int:
     return OK
 
 
-# -- demo -------------------------------------------------------------------------------------
-
-
-def _add_demo(sub: Any) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="the main job on a built-in example: synthesise a FILA10G-like stream and check it",
-    )
-    p.add_argument("--seconds", type=_positive_float("--seconds"), default=2.0, help="seconds of data (default 2)")
-    p.add_argument("--keep", default=None, help="folder to keep the recording in (default: a temporary folder)")
-    p.set_defaults(func=_run_demo)
-
-
-def _run_demo(a: argparse.Namespace) -> int:
-    import os
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="vdifrec-demo-") as tmp:
-        folder = a.keep or tmp
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, "demo_fila10g.vdif")
-        print(f"generating {a.seconds:g} s of the reference stream (125000 frames/s of 8224 bytes) into {path}")
-        _run_generate(
-            argparse.Namespace(
-                out=path, seconds=a.seconds, fps=125000, frame_size=8224, nchan=4, bits=2, threads=1,
-                tone_mhz=None, tone_amplitude=0.3, correlation=0.0, delay=0, seed=1, station=0, edv=0,
-                ref_epoch=None, start_second=None,
-            )
-        )
-        print(f"\n$ vdifrec check {path}")
-        report = check(path)
-        print_check_report(report)
-        return OK if report["clean"] else PROBLEMS
-
-
 # -- entry point ------------------------------------------------------------------------------
 
-_COMMANDS: list[Callable[[Any], None]] = [_add_generate, _add_check, _add_info, _add_demo]
+_COMMANDS: list[Callable[[Any], None]] = [
+    _add_generate,
+    _add_check,
+    _add_info,
+    _cli_record.add_record,
+    _cli_record.add_send,
+    _cli_record.add_demo,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -273,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
-    except UsageError as exc:
+    except (UsageError, _cli_record.UsageError) as exc:
         parser.exit(USAGE, f"vdifrec {args.command}: error: {exc}\n")
     except KeyboardInterrupt:
         return 130

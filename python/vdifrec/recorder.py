@@ -1,0 +1,296 @@
+"""Recording and sending from Python: ``Recorder`` (the engine) and ``Sender`` (a test source)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+from . import _core
+from ._units import size, to_bytes
+from .reports import SecondRow, Stats, Summary
+
+__all__ = ["Recorder", "Sender", "send", "parse_address"]
+
+# How long one blocking call into the engine waits before Python looks at signals again.
+_SLICE = 0.1
+
+
+def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if value < low or (high is not None and value > high):
+        span = f"{low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be in {span}, got {value}")
+    return value
+
+
+def parse_address(text: str | tuple[str, int], name: str = "to") -> tuple[str, int]:
+    """``"host:port"`` or ``(host, port)`` → ``(host, port)``; IPv6 as ``[::1]:port``."""
+    if isinstance(text, tuple):
+        host, port = text
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or not port_text.isdigit():
+            raise ValueError(f"{name}: expected HOST:PORT such as 127.0.0.1:46227, got {text!r}")
+        port = int(port_text)
+        host = host.strip("[]")
+    if host in ("localhost", ""):
+        host = "127.0.0.1"
+    _check_int(f"{name} port", port, 1, 65535)
+    return host, int(port)
+
+
+class Recorder:
+    """Records (or only monitors) a VDIF stream arriving on a UDP port.
+
+    Parameters mirror ``vdifrec record``. Sizes may be bytes or strings such as ``"8GiB"``.
+
+    Parameters
+    ----------
+    port : int
+        UDP port (0: any free port; ``address`` then tells which).
+    bind : str
+        Address to listen on. ``"127.0.0.1"`` (default) hears only this host; give
+        ``"0.0.0.0"`` or the 10 GbE interface's address to receive from the network.
+    path : str or os.PathLike, optional
+        Write to this file (rotated files get ``_0001``, ... before the extension).
+    directory, prefix : str, optional
+        Write ``{prefix}_{YYYY}y{DOY}d{HH}h{MM}m{SS}s.vdif`` files (UTC of each file's first
+        frame) into ``directory``. With neither ``path`` nor ``directory`` nothing is written:
+        the stream is monitored and the views still work.
+    ring : int or str
+        Ring buffer size (default ``"1GiB"``); rounded down to whole 4 KiB-aligned runs.
+    frame_size : int, optional
+        Bytes per frame, header included; learned from the first valid frame if not given.
+    offset : int
+        Bytes to strip before each frame (8 for a packet sequence number).
+    psn : bool
+        Count gaps in the 8-byte packet sequence numbers (needs ``offset=8``).
+    fps : int, optional
+        Frames per second per thread; learned from the frame numbers if not given.
+    file_size : int or str, optional
+        Start a new file after this many bytes.
+    capture_cpu, writer_cpu : int, optional
+        CPUs to pin the capture and writer threads to (reported, never fatal, if impossible).
+    direct : bool
+        Use O_DIRECT where the file system allows it (default True).
+    backend : str
+        ``"udp"``.
+    multicast : str, optional
+        Multicast group to join.
+    rcvbuf : int or str
+        Socket receive buffer to ask for (default ``"256MiB"``; the kernel may grant less, and
+        the notes say so).
+    max_frames : int, optional
+        Stop capturing after this many frames.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int,
+        bind: str = "127.0.0.1",
+        path: str | os.PathLike[str] | None = None,
+        directory: str | os.PathLike[str] | None = None,
+        prefix: str = "vdifrec",
+        ring: int | str = "1GiB",
+        frame_size: int | None = None,
+        offset: int = 0,
+        psn: bool = False,
+        fps: int | None = None,
+        file_size: int | str | None = None,
+        capture_cpu: int | None = None,
+        writer_cpu: int | None = None,
+        direct: bool = True,
+        backend: str = "udp",
+        multicast: str | None = None,
+        rcvbuf: int | str = "256MiB",
+        huge_pages: bool = True,
+        mlock: bool = True,
+        max_frames: int | None = None,
+        throttle: int | str | None = None,
+        disk_limit: int | str | None = None,
+    ) -> None:
+        _check_int("port", port, 0, 65535)
+        _check_int("frame_size", frame_size, 1)
+        _check_int("offset", offset, 0)
+        _check_int("fps", fps, 1)
+        _check_int("capture_cpu", capture_cpu, 0)
+        _check_int("writer_cpu", writer_cpu, 0)
+        _check_int("max_frames", max_frames, 1)
+        if psn and offset < 8:
+            raise ValueError("psn: the 8-byte packet sequence number needs offset=8")
+        self._core = _core.Recorder(
+            port=port,
+            bind=bind,
+            multicast=multicast,
+            path=os.fspath(path) if path is not None else None,
+            directory=os.fspath(directory) if directory is not None else None,
+            prefix=prefix,
+            ring=size(ring, "ring"),
+            frame_size=frame_size,
+            offset=offset,
+            psn=psn,
+            fps=fps,
+            file_size=to_bytes(file_size, "file_size"),
+            capture_cpu=capture_cpu,
+            writer_cpu=writer_cpu,
+            direct=direct,
+            rcvbuf=size(rcvbuf, "rcvbuf"),
+            huge_pages=huge_pages,
+            mlock=mlock,
+            max_frames=max_frames,
+            backend=backend,
+            throttle=to_bytes(throttle, "throttle"),
+            disk_limit=to_bytes(disk_limit, "disk_limit"),
+        )
+        self.address: tuple[str, int] | None = None
+        self._rows_seen = 0
+        self._summary: Summary | None = None
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self) -> Recorder:
+        """Binds the socket and allocates the ring; returns when both are ready."""
+        host, port = self._core.start()
+        self.address = (host, port)
+        return self
+
+    def stop(self) -> Summary:
+        """Stops capturing, drains the ring to disk and returns the summary (same one if called again)."""
+        if self._summary is not None:
+            return self._summary
+        text = self._core.stop()
+        if text is None:
+            raise _core.RecorderError("stop() before start(): nothing was recorded")
+        self._summary = Summary.from_dict(json.loads(text))
+        return self._summary
+
+    @property
+    def running(self) -> bool:
+        return bool(self._core.running)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the recorder said about its set-up: ring, socket buffer, pinning, O_DIRECT."""
+        return self._core.notes() if self.running else (self._summary.notes if self._summary else [])
+
+    def __enter__(self) -> Recorder:
+        if not self.running and self._summary is None:
+            self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.running:
+            self.stop()
+
+    # -- watching ---------------------------------------------------------------------
+    def stats(self) -> Stats:
+        """Every counter now."""
+        text = self._core.stats()
+        if text is None:
+            if self._summary is not None:
+                raise _core.RecorderError("the recorder has stopped: use the summary stop() returned")
+            raise _core.RecorderError("the recorder has not been started: call start() first")
+        return Stats.from_dict(json.loads(text))
+
+    @property
+    def finished(self) -> bool:
+        """The capture ended by itself (``max_frames`` reached) or the recording failed."""
+        return bool(self._core.finished())
+
+    def seconds(self, timeout: float | None = None) -> Iterator[SecondRow]:
+        """Yields each VDIF second's row as soon as the second completes.
+
+        Ends when the recording stops or finishes, or when ``timeout`` seconds pass without a
+        new row. Rows already yielded by an earlier call are not repeated.
+        """
+        last = time.monotonic()
+        while True:
+            rows = json.loads(self._core.wait_rows(self._rows_seen, _SLICE))
+            for r in rows:
+                self._rows_seen += 1
+                yield SecondRow.from_dict(r)
+            if rows:
+                last = time.monotonic()
+            elif not self.running or self.finished:
+                # Rows published just before the end.
+                tail = json.loads(self._core.wait_rows(self._rows_seen, 0.0))
+                for r in tail:
+                    self._rows_seen += 1
+                    yield SecondRow.from_dict(r)
+                return
+            elif timeout is not None and time.monotonic() - last >= timeout:
+                return
+
+    def wait(self, duration: float | None = None, frames: int | None = None) -> Stats:
+        """Blocks until ``duration`` seconds have passed or ``frames`` frames are buffered (or
+        the capture ends); returns the stats then. Ctrl-C raises KeyboardInterrupt as usual."""
+        if duration is None and frames is None:
+            raise ValueError("wait: give duration (seconds) or frames (a count)")
+        deadline = None if duration is None else time.monotonic() + duration
+        while True:
+            s = self.stats()
+            if frames is not None and s.frames_received >= frames:
+                return s
+            if deadline is not None and time.monotonic() >= deadline:
+                return s
+            if self.finished:
+                return s
+            left = _SLICE if deadline is None else max(0.0, min(_SLICE, deadline - time.monotonic()))
+            time.sleep(left)
+
+
+class Sender:
+    """A FILA10G-like VDIF source sending to ``to`` (``"host:port"``), paced to ``fps`` × threads.
+
+    Runs in its own thread from construction; ``wait()`` or ``stop()`` returns its summary
+    (a dict: frames_sent, bytes_sent, frames_dropped, frames_reordered, garbage_sent, refused,
+    gbps, ...). ``drop`` takes ``"S:A-B,every:N"``; ``reorder=N`` swaps every N-th frame with the
+    next; ``garbage=N`` sends N stray datagrams; ``record_sent`` writes the frames sent.
+    """
+
+    def __init__(self, to: str | tuple[str, int], **options: Any) -> None:
+        host, port = parse_address(to)
+        for key in ("file", "record_sent"):
+            if options.get(key) is not None:
+                options[key] = os.fspath(options[key])
+        self._core = _core.Sender(host, port, **options)
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """Waits for the end (at most ``timeout`` seconds); the summary, or None if still sending."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _SLICE if deadline is None else max(0.0, min(_SLICE, deadline - time.monotonic()))
+            text = self._core.wait(left)
+            if text is not None:
+                result: dict[str, Any] = json.loads(text)
+                return result
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+
+    def stop(self) -> dict[str, Any]:
+        result: dict[str, Any] = json.loads(self._core.stop())
+        return result
+
+    @property
+    def finished(self) -> bool:
+        return bool(self._core.finished())
+
+
+def send(to: str | tuple[str, int], **options: Any) -> dict[str, Any]:
+    """Sends and waits for the end; returns the sender's summary. See :class:`Sender`."""
+    s = Sender(to, **options)
+    try:
+        while (result := s.wait(_SLICE)) is None:
+            pass
+    except KeyboardInterrupt:
+        result = s.stop()
+    return result

@@ -1,0 +1,207 @@
+"""Typed records of what a recording saw: per-second rows, live statistics, the summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from typing import Any, TypeVar
+
+__all__ = ["SecondRow", "Stats", "Summary", "ThreadSecond", "FileRecord"]
+
+T = TypeVar("T", bound="_Record")
+
+
+class _Record:
+    """Dataclass helpers: build from the engine's dicts (unknown keys ignored), back to dicts."""
+
+    @classmethod
+    def from_dict(cls: type[T], d: dict[str, Any]) -> T:
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (JSON-ready) of every field."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
+
+
+@dataclasses.dataclass(frozen=True)
+class ThreadSecond(_Record):
+    """One VDIF thread's frames in one second."""
+
+    thread: int
+    received: int
+    expected: int
+    lost: int
+    out_of_order: int
+    duplicates: int
+    invalid: int
+    ring_overflow: int
+    first_frame: int
+    last_frame: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SecondRow(_Record):
+    """One completed VDIF second, all threads, with the recording's totals when it completed.
+
+    ``received``/``expected`` are frames of this second; ``lost`` the expected frames never seen
+    (network or sender, kernel drops included); ``ring_overflow`` frames seen but dropped
+    because the ring was full; ``malformed`` and ``kernel_drops`` count datagrams since the
+    previous row. ``total_frames``, ``bytes_buffered``, ``bytes_written`` are running totals.
+    """
+
+    unix_second: int
+    ref_epoch: int
+    vdif_seconds: int
+    frames_per_second: int
+    received: int
+    expected: int
+    lost: int
+    out_of_order: int
+    duplicates: int
+    invalid: int
+    ring_overflow: int
+    threads: list[ThreadSecond]
+    total_frames: int = 0
+    bytes_buffered: int = 0
+    bytes_written: int = 0
+    malformed: int = 0
+    kernel_drops: int = 0
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SecondRow:
+        d = dict(d)
+        d["threads"] = [ThreadSecond.from_dict(t) for t in d.get("threads", [])]
+        return super().from_dict(d)
+
+    @property
+    def time(self) -> _dt.datetime:
+        """UTC start of this second (epoch start + seconds, as used for keys)."""
+        return _dt.datetime.fromtimestamp(self.unix_second, tz=_dt.timezone.utc)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileRecord(_Record):
+    """A file written, and its size in bytes."""
+
+    path: str
+    bytes: int
+
+
+def _flatten_totals(d: dict[str, Any]) -> dict[str, Any]:
+    out = dict(d)
+    totals = out.pop("totals", None) or {}
+    out.setdefault("frames_lost", totals.get("lost", 0))
+    out.setdefault("frames_expected", totals.get("expected", 0))
+    out.setdefault("frames_out_of_order", totals.get("out_of_order", 0))
+    out.setdefault("frames_duplicate", totals.get("duplicates", 0))
+    out.setdefault("frames_invalid", totals.get("invalid", 0))
+    out.setdefault("frames_out_of_window", totals.get("out_of_window", 0))
+    out.setdefault("frames_late", totals.get("late", 0))
+    out.setdefault("time_jumps", totals.get("time_jumps", 0))
+    out.setdefault("threads", totals.get("threads", 0))
+    malformed = out.pop("malformed", None)
+    if isinstance(malformed, dict):
+        out["datagrams_malformed_by_kind"] = malformed
+        out["datagrams_malformed"] = sum(malformed.values())
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats(_Record):
+    """A snapshot of a running recording (``Recorder.stats()``).
+
+    Counts are frames unless named otherwise; byte counts are bytes; ``ring_fill`` is the
+    fraction of ring slots holding frames not yet on disk.
+    """
+
+    state: str
+    elapsed_s: float
+    datagrams: int
+    frames_received: int
+    frames_lost: int
+    frames_expected: int
+    frames_out_of_order: int
+    frames_duplicate: int
+    frames_invalid: int
+    frames_out_of_window: int
+    frames_late: int
+    time_jumps: int
+    threads: int
+    datagrams_malformed: int
+    datagrams_malformed_by_kind: dict[str, int]
+    kernel_drops: int
+    ring_overflows: int
+    psn_lost: int
+    psn_out_of_order: int
+    frame_size: int
+    frames_per_second: int
+    bytes_received: int
+    bytes_buffered: int
+    bytes_written: int
+    ring_frames: int
+    ring_slots: int
+    ring_fill: float
+    current_file: str | None
+    current_file_bytes: int
+    files_closed: int
+    latest_frame: dict[str, int] | None
+    seconds_since_datagram: float | None
+    socket_errors: int
+    error: str | None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Stats:
+        return super().from_dict(_flatten_totals(d))
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary(_Record):
+    """Everything a recording did, at its end (``Recorder.stop()``).
+
+    The invariant ``bytes_buffered == bytes_written + bytes_dropped_disk`` and
+    ``bytes_written == sum of file sizes`` holds at every stop (``invariant_holds``);
+    ``ok`` is true when, in addition, nothing buffered was lost on the way to disk.
+    """
+
+    frames_received: int
+    frames_lost: int
+    frames_lost_network: int
+    frames_out_of_order: int
+    frames_duplicate: int
+    frames_invalid: int
+    frames_out_of_window: int
+    frames_late: int
+    time_jumps: int
+    datagrams: int
+    datagrams_malformed: int
+    datagrams_malformed_by_kind: dict[str, int]
+    kernel_drops: int
+    ring_overflows: int
+    psn_lost: int | None
+    psn_out_of_order: int | None
+    frame_size: int
+    frames_per_second: int
+    bytes_buffered: int
+    bytes_written: int
+    bytes_dropped_disk: int
+    files: list[FileRecord]
+    invariant_holds: bool
+    error: str | None
+    duration_s: float
+    threads: list[dict[str, Any]]
+    gaps: list[dict[str, Any]]
+    seconds: list[SecondRow]
+    notes: list[str]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Summary:
+        d = dict(d)
+        d["files"] = [FileRecord.from_dict(f) for f in d.get("files", [])]
+        d["seconds"] = [SecondRow.from_dict(r) for r in d.get("seconds", [])]
+        return super().from_dict(d)
+
+    @property
+    def ok(self) -> bool:
+        """Everything buffered reached the disk (network loss is reported, not an error)."""
+        return self.invariant_holds and self.bytes_dropped_disk == 0 and self.error is None

@@ -1,0 +1,54 @@
+"""The per-second table and the summary block, in the original recorder's form.
+
+The first six columns are those of the original system (KASI's PF_RING recorder); the rest
+split the loss by cause, which the original lumped together or did not see.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from .reports import SecondRow, Summary
+
+HEADER = (
+    f"{'Time':<10}  {'Frame_Num/Sec':>15}  {'Total_Frame':>11}  {'Buf_Stream_Size':>15}  "
+    f"{'Data_Size':>15}  {'Packet_Loss':>11}  {'OutOfOrder':>10}  {'Dup':>5}  {'Invalid':>7}  "
+    f"{'RingOvfl':>8}  {'Malformed':>9}  {'KernelDrop':>10}"
+)
+
+
+def row_line(r: SecondRow) -> str:
+    """One line of the table: VDIF seconds since the reference epoch, frames received/expected, ..."""
+    frames = f"{r.received}/{r.expected}"
+    return (
+        f"{r.vdif_seconds:<10}  {frames:>15}  {r.total_frames:>11}  {r.bytes_buffered:>15}  "
+        f"{r.bytes_written:>15}  {r.lost:>11}  {r.out_of_order:>10}  {r.duplicates:>5}  {r.invalid:>7}  "
+        f"{r.ring_overflow:>8}  {r.malformed:>9}  {r.kernel_drops:>10}"
+    )
+
+
+def print_summary(s: Summary, out: TextIO) -> None:
+    """The SUMMARY block: the original's four lines, then every cause of loss on its own line."""
+    bar = "=" * 16
+    print(f"{bar} SUMMARY {bar}", file=out)
+    print(f"Stream Good Packet: {s.frames_received}", file=out)
+    print(f"Buffered Stream Size: {s.bytes_buffered}", file=out)
+    for f in s.files:
+        print(f"Saved File Name: {f.path}", file=out)
+    if not s.files:
+        print("Saved File Name: (none)", file=out)
+    print(f"File Capacity: {sum(f.bytes for f in s.files)}", file=out)
+    print(f"Lost (sequence gaps): {s.frames_lost}  of which kernel drops: {s.kernel_drops}", file=out)
+    print(f"Out of order: {s.frames_out_of_order}  Duplicates: {s.frames_duplicate}  Invalid: {s.frames_invalid}", file=out)
+    kinds = ", ".join(f"{k} {v}" for k, v in s.datagrams_malformed_by_kind.items() if v)
+    print(f"Malformed datagrams: {s.datagrams_malformed}{f' ({kinds})' if kinds else ''}", file=out)
+    print(f"Ring overflows: {s.ring_overflows}", file=out)
+    if s.psn_lost is not None:
+        print(f"PSN gaps: {s.psn_lost}  PSN out of order: {s.psn_out_of_order}", file=out)
+    if s.frames_out_of_window or s.time_jumps or s.frames_late:
+        print(f"Out of window: {s.frames_out_of_window}  Time jumps: {s.time_jumps}  Late: {s.frames_late}", file=out)
+    print(f"Bytes written: {s.bytes_written}  dropped on the way to disk: {s.bytes_dropped_disk}", file=out)
+    print(f"Invariant (buffered = written + dropped = sum of file sizes): {'holds' if s.invariant_holds else 'BROKEN'}", file=out)
+    if s.error:
+        print(f"Error: {s.error}", file=out)
+    print("=" * (2 * len(bar) + 9), file=out)

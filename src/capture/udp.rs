@@ -1,0 +1,262 @@
+//! The `udp` backend: a UDP socket read with `recvmmsg`, whose iovecs point straight into the
+//! ring slots (one kernel-to-user copy, no second memcpy). With an offset (an 8-byte PSN
+//! before each frame) the first iovec of each message takes the offset and the second the
+//! frame, so frames still land at the start of their slots. Kernel drops come from
+//! `SO_RXQ_OVFL`.
+
+use super::{Backend, DatagramInfo, BATCH};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use thiserror::Error;
+
+/// How long one receive call waits for a first datagram: the stop flag is seen this often.
+pub const RECEIVE_TIMEOUT_MS: i64 = 50;
+/// Control buffer for one message (room for the SO_RXQ_OVFL cmsg).
+const CONTROL_BYTES: usize = 64;
+/// Offsets longer than this are refused (a PSN is 8 bytes; some senders add a few more).
+pub const MAX_OFFSET: usize = 64;
+
+#[derive(Debug, Error)]
+pub enum UdpError {
+    #[error("port {port} on {addr} is in use by another program (`ss -ulpn 'sport = :{port}'` shows which); choose another --port or stop it")]
+    PortInUse { addr: IpAddr, port: u16 },
+    #[error("binding {addr}:{port} is not permitted: ports below 1024 need root or CAP_NET_BIND_SERVICE")]
+    Permission { addr: IpAddr, port: u16 },
+    #[error("cannot bind {addr}:{port}: {source} (is {addr} an address of this host?)")]
+    Bind {
+        addr: IpAddr,
+        port: u16,
+        source: io::Error,
+    },
+    #[error("cannot join multicast group {group}: {source}")]
+    Multicast { group: IpAddr, source: io::Error },
+    #[error("cannot create the UDP socket: {0}")]
+    Socket(io::Error),
+}
+
+/// What to listen on.
+#[derive(Clone, Debug)]
+pub struct UdpConfig {
+    pub bind: IpAddr,
+    pub port: u16,
+    pub multicast: Option<IpAddr>,
+    /// Receive buffer to ask the kernel for, in bytes.
+    pub rcvbuf: usize,
+    /// Bytes before each frame to strip (8 for a PSN).
+    pub offset: usize,
+}
+
+pub struct UdpBackend {
+    socket: Socket,
+    offset: usize,
+    msgs: Vec<libc::mmsghdr>,
+    iovecs: Vec<[libc::iovec; 2]>,
+    prefix: Vec<[u8; MAX_OFFSET]>,
+    control: Vec<[u64; CONTROL_BYTES / 8]>,
+    drops: u64,
+}
+
+// SAFETY: the raw pointers inside the message headers point only into this struct's own
+// vectors (rebuilt on every call) and the caller's buffer during a call.
+unsafe impl Send for UdpBackend {}
+
+impl UdpBackend {
+    /// Creates, tunes and binds the socket. Returns it, the bound address (the real port when
+    /// 0 was asked) and notes for the operator about what the kernel granted.
+    pub fn bind(cfg: &UdpConfig) -> Result<(UdpBackend, SocketAddr, Vec<String>), UdpError> {
+        let domain = if cfg.bind.is_ipv6() {
+            Domain::IPV6
+        } else {
+            Domain::IPV4
+        };
+        let socket = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))
+            .map_err(UdpError::Socket)?;
+        let mut notes = Vec::new();
+        notes.push(set_receive_buffer(&socket, cfg.rcvbuf));
+        // SAFETY: setsockopt with an int option on our socket.
+        unsafe {
+            let on: libc::c_int = 1;
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RXQ_OVFL,
+                &on as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_millis(
+                RECEIVE_TIMEOUT_MS as u64,
+            )))
+            .map_err(UdpError::Socket)?;
+        let addr = SocketAddr::new(cfg.bind, cfg.port);
+        socket
+            .bind(&SockAddr::from(addr))
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EADDRINUSE) => UdpError::PortInUse {
+                    addr: cfg.bind,
+                    port: cfg.port,
+                },
+                Some(libc::EACCES) => UdpError::Permission {
+                    addr: cfg.bind,
+                    port: cfg.port,
+                },
+                _ => UdpError::Bind {
+                    addr: cfg.bind,
+                    port: cfg.port,
+                    source: e,
+                },
+            })?;
+        if let Some(group) = cfg.multicast {
+            let r = match group {
+                IpAddr::V4(g) => socket.join_multicast_v4(&g, &std::net::Ipv4Addr::UNSPECIFIED),
+                IpAddr::V6(g) => socket.join_multicast_v6(&g, 0),
+            };
+            r.map_err(|source| UdpError::Multicast { group, source })?;
+            notes.push(format!("multicast: joined {group}"));
+        }
+        let local = socket
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .unwrap_or(addr);
+        let backend = UdpBackend {
+            socket,
+            offset: cfg.offset,
+            // SAFETY: all-zero mmsghdr/iovec are valid empty values; filled before each use.
+            msgs: vec![unsafe { MaybeUninit::zeroed().assume_init() }; BATCH],
+            iovecs: vec![unsafe { MaybeUninit::zeroed().assume_init() }; BATCH],
+            prefix: vec![[0u8; MAX_OFFSET]; BATCH],
+            control: vec![[0u64; CONTROL_BYTES / 8]; BATCH],
+            drops: 0,
+        };
+        Ok((backend, local, notes))
+    }
+}
+
+/// Asks for `want` bytes of receive buffer: SO_RCVBUFFORCE (root/CAP_NET_ADMIN) first, else
+/// SO_RCVBUF (capped by net.core.rmem_max). Says what was granted.
+fn set_receive_buffer(socket: &Socket, want: usize) -> String {
+    let fd = socket.as_raw_fd();
+    let val = want.min(i32::MAX as usize / 2) as libc::c_int;
+    // SAFETY: setsockopt with an int option on our socket.
+    let forced = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            &val as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    };
+    if !forced {
+        let _ = socket.set_recv_buffer_size(want);
+    }
+    // The kernel reports twice what it grants for payload (bookkeeping overhead).
+    let granted = socket.recv_buffer_size().unwrap_or(0) / 2;
+    if granted >= want {
+        format!(
+            "socket: SO_RCVBUF{} granted {granted} bytes",
+            if forced { "FORCE" } else { "" }
+        )
+    } else {
+        format!(
+            "socket: SO_RCVBUF granted {granted} < {want} bytes asked: raise net.core.rmem_max (`sysctl -w net.core.rmem_max={want}`) or run with CAP_NET_ADMIN"
+        )
+    }
+}
+
+impl Backend for UdpBackend {
+    unsafe fn receive(
+        &mut self,
+        dst: *mut u8,
+        stride: usize,
+        max: usize,
+        info: &mut [DatagramInfo],
+    ) -> io::Result<usize> {
+        let max = max.min(BATCH);
+        let off = self.offset;
+        for i in 0..max {
+            let iov = &mut self.iovecs[i];
+            let mut n = 0;
+            if off > 0 {
+                iov[0] = libc::iovec {
+                    iov_base: self.prefix[i].as_mut_ptr() as *mut libc::c_void,
+                    iov_len: off,
+                };
+                n = 1;
+            }
+            // SAFETY: the caller guarantees dst is valid for max * stride bytes.
+            iov[n] = libc::iovec {
+                iov_base: unsafe { dst.add(i * stride) } as *mut libc::c_void,
+                iov_len: stride,
+            };
+            let hdr = &mut self.msgs[i].msg_hdr;
+            hdr.msg_name = std::ptr::null_mut();
+            hdr.msg_namelen = 0;
+            hdr.msg_iov = iov.as_mut_ptr();
+            hdr.msg_iovlen = n + 1;
+            hdr.msg_control = self.control[i].as_mut_ptr() as *mut libc::c_void;
+            hdr.msg_controllen = CONTROL_BYTES;
+            hdr.msg_flags = 0;
+            self.msgs[i].msg_len = 0;
+        }
+        // SAFETY: every message header points at live buffers set up just above.
+        let n = unsafe {
+            libc::recvmmsg(
+                self.socket.as_raw_fd(),
+                self.msgs.as_mut_ptr(),
+                max as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(0),
+                _ => Err(e),
+            };
+        }
+        let n = n as usize;
+        for (i, slot) in info.iter_mut().enumerate().take(n) {
+            let m = &self.msgs[i];
+            *slot = DatagramInfo {
+                len: m.msg_len as usize,
+                truncated: m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+                psn: (off >= 8 && m.msg_len as usize >= 8)
+                    .then(|| u64::from_le_bytes(self.prefix[i][..8].try_into().expect("8 bytes"))),
+            };
+        }
+        if n > 0 {
+            // The drop counter is cumulative: the last message's value is the newest.
+            if let Some(d) = rxq_overflow(&self.msgs[n - 1].msg_hdr) {
+                self.drops = self.drops.max(d as u64);
+            }
+        }
+        Ok(n)
+    }
+
+    fn kernel_drops(&mut self) -> u64 {
+        self.drops
+    }
+}
+
+/// The SO_RXQ_OVFL counter in a received message's control data.
+fn rxq_overflow(hdr: &libc::msghdr) -> Option<u32> {
+    // SAFETY: walking the control buffer the kernel filled, with the libc macros.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SO_RXQ_OVFL {
+                let data = libc::CMSG_DATA(cmsg) as *const u32;
+                return Some(std::ptr::read_unaligned(data));
+            }
+            cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+        }
+    }
+    None
+}

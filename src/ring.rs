@@ -1,0 +1,586 @@
+//! The ring: one page-aligned buffer of fixed-stride frame slots between the capture and its
+//! consumers (the disk writer, Python views).
+//!
+//! The memory is a memfd mapped twice, back to back, so that any run of up to `nslots` frames
+//! is one contiguous range of addresses even where it wraps past the end: the writer can hand
+//! it to the kernel in one write, and a Python view across the wrap is still one NumPy array.
+//! 8224-byte frames are 32 × 257 bytes, so a run of 128 frames starting at a slot index that
+//! is a multiple of 128 is 4 KiB-aligned and can be written with O_DIRECT straight from here.
+//!
+//! Sequence numbers count accepted frames from 0 and never wrap; frame `seq` lives in slot
+//! `seq % nslots`. The capture publishes `write_seq`; the writer advances `read_seq`; a view
+//! pins the oldest frame it shows. The capture never writes frame `seq` unless
+//! `seq < min(read_seq, oldest pin) + nslots`: a full ring drops the new frame, never an old one.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use thiserror::Error;
+
+/// Most views that may pin frames at once.
+pub const MAX_PINS: usize = 64;
+const FREE: u64 = u64::MAX;
+
+#[derive(Debug, Error)]
+pub enum RingError {
+    #[error("ring of {asked} bytes is smaller than one aligned run of {run} bytes ({frames} frames of {frame_size} bytes): give --ring of at least {run} bytes")]
+    TooSmall {
+        asked: u64,
+        run: u64,
+        frames: u64,
+        frame_size: usize,
+    },
+    #[error(
+        "cannot allocate the {bytes}-byte ring: {source} (free memory, or give a smaller --ring)"
+    )]
+    Alloc { bytes: u64, source: std::io::Error },
+    #[error("cannot map the ring: {0}")]
+    Map(std::io::Error),
+    #[error("too many live views ({MAX_PINS}) pin the ring: release some (use `with rec.view(n)`, or `del` old views)")]
+    TooManyPins,
+    #[error("frames {first}..{end} are not in the ring: it holds frames {oldest}..{newest}")]
+    NotInRing {
+        first: u64,
+        end: u64,
+        oldest: u64,
+        newest: u64,
+    },
+    #[error("the ring holds only {slots} frames; a view of {asked} frames cannot fit")]
+    ViewTooLarge { asked: u64, slots: u64 },
+}
+
+/// Frames per aligned run: the smallest count whose byte length is a multiple of 4096.
+pub fn frames_per_run(frame_size: usize) -> u64 {
+    let g = gcd(frame_size as u64, 4096);
+    4096 / g
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Memory reserved for a ring before its frame size is known: a memfd, maybe of huge pages.
+pub struct RingMemory {
+    file: File,
+    bytes: u64,
+    huge_pages: bool,
+    /// What happened about huge pages, for the operator.
+    pub huge_page_note: String,
+}
+
+impl RingMemory {
+    /// Reserves `bytes` (rounded up to the page size). Huge pages are used when enough are
+    /// reserved in /proc/meminfo and `want_huge` is set; otherwise 4 KiB pages, with a note.
+    pub fn new(bytes: u64, want_huge: bool) -> Result<RingMemory, RingError> {
+        const HUGE: u64 = 2 << 20;
+        let free_huge = huge_pages_free().unwrap_or(0) * HUGE;
+        let (huge, note) = if !want_huge {
+            (false, "huge pages: not asked for".to_string())
+        } else if free_huge >= bytes.next_multiple_of(HUGE) {
+            (true, String::new())
+        } else {
+            (
+                false,
+                format!(
+                    "huge pages: {} MiB free, {} MiB needed; using 4 KiB pages (reserve with `sysctl vm.nr_hugepages=N`)",
+                    free_huge >> 20,
+                    bytes.next_multiple_of(HUGE) >> 20
+                ),
+            )
+        };
+        if huge {
+            match memfd(bytes.next_multiple_of(HUGE), true) {
+                Ok(file) => {
+                    return Ok(RingMemory {
+                        file,
+                        bytes: bytes.next_multiple_of(HUGE),
+                        huge_pages: true,
+                        huge_page_note: "huge pages: yes (2 MiB)".into(),
+                    })
+                }
+                Err(e) => {
+                    let file = memfd(bytes.next_multiple_of(4096), false)
+                        .map_err(|source| RingError::Alloc { bytes, source })?;
+                    return Ok(RingMemory {
+                        file,
+                        bytes: bytes.next_multiple_of(4096),
+                        huge_pages: false,
+                        huge_page_note: format!(
+                            "huge pages: could not be used ({e}); using 4 KiB pages"
+                        ),
+                    });
+                }
+            }
+        }
+        let file = memfd(bytes.next_multiple_of(4096), false)
+            .map_err(|source| RingError::Alloc { bytes, source })?;
+        Ok(RingMemory {
+            file,
+            bytes: bytes.next_multiple_of(4096),
+            huge_pages: false,
+            huge_page_note: note,
+        })
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn huge_pages(&self) -> bool {
+        self.huge_pages
+    }
+
+    /// Allocates every page from the calling thread (through a temporary mapping), before the
+    /// frame size is known.
+    pub fn prefault(&self) {
+        // SAFETY: a private view of our own memfd, written page by page, then unmapped.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                self.bytes as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.file.as_raw_fd(),
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return;
+            }
+            let step = if self.huge_pages { 2 << 20 } else { 4096 };
+            for off in (0..self.bytes as usize).step_by(step) {
+                std::ptr::write_volatile((p as *mut u8).add(off), 0);
+            }
+            libc::munmap(p, self.bytes as usize);
+        }
+    }
+}
+
+fn memfd(bytes: u64, huge: bool) -> std::io::Result<File> {
+    let name = c"vdifrec-ring";
+    let flags = libc::MFD_CLOEXEC | if huge { libc::MFD_HUGETLB } else { 0 };
+    // SAFETY: plain system calls on a descriptor this function owns.
+    unsafe {
+        let fd = libc::memfd_create(name.as_ptr(), flags);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let file = File::from_raw_fd(fd);
+        if libc::ftruncate(fd, bytes as libc::off_t) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(file)
+    }
+}
+
+fn huge_pages_free() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    text.lines()
+        .find(|l| l.starts_with("HugePages_Free:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The ring of frame slots.
+pub struct Ring {
+    base: *mut u8,
+    /// Bytes of one half of the mirrored mapping.
+    bytes: usize,
+    frame_size: usize,
+    nslots: u64,
+    run: u64,
+    write_seq: AtomicU64,
+    /// Highest sequence number (exclusive) the capture may be writing into now.
+    reserved_seq: AtomicU64,
+    read_seq: AtomicU64,
+    pins: [AtomicU64; MAX_PINS],
+    pins_active: AtomicU64,
+    huge_pages: bool,
+    locked: bool,
+    _memory: File,
+}
+
+// SAFETY: the raw mapping is shared memory whose use is coordinated by the atomics above
+// (the capture writes only slots no consumer or view can see; readers read only published,
+// pinned or not-yet-consumed slots).
+unsafe impl Send for Ring {}
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    /// Lays `memory` out as slots of `frame_size` bytes: the largest multiple of the aligned
+    /// run that fits (and of the huge page size when huge pages back it), mapped twice.
+    pub fn new(
+        memory: RingMemory,
+        frame_size: usize,
+        try_mlock: bool,
+    ) -> Result<(Ring, String), RingError> {
+        let run = frames_per_run(frame_size);
+        let run_bytes = run * frame_size as u64;
+        let unit = if memory.huge_pages {
+            lcm(run_bytes, 2 << 20)
+        } else {
+            run_bytes
+        };
+        let bytes = memory.bytes / unit * unit;
+        if bytes == 0 {
+            return Err(RingError::TooSmall {
+                asked: memory.bytes,
+                run: unit,
+                frames: unit / frame_size as u64,
+                frame_size,
+            });
+        }
+        let base = map_mirrored(&memory.file, bytes as usize, memory.huge_pages)?;
+        let locked = try_mlock && {
+            // SAFETY: the range is our own mapping.
+            unsafe { libc::mlock(base as *const libc::c_void, bytes as usize) == 0 }
+        };
+        let note = if !try_mlock {
+            "mlock: not asked for".to_string()
+        } else if locked {
+            "mlock: yes".to_string()
+        } else {
+            format!(
+                "mlock: not permitted ({}); the ring may be swapped out under memory pressure (raise `ulimit -l` or run with CAP_IPC_LOCK)",
+                std::io::Error::last_os_error()
+            )
+        };
+        Ok((
+            Ring {
+                base,
+                bytes: bytes as usize,
+                frame_size,
+                nslots: bytes / frame_size as u64,
+                run,
+                write_seq: AtomicU64::new(0),
+                reserved_seq: AtomicU64::new(0),
+                read_seq: AtomicU64::new(0),
+                pins: std::array::from_fn(|_| AtomicU64::new(FREE)),
+                pins_active: AtomicU64::new(0),
+                huge_pages: memory.huge_pages,
+                locked,
+                _memory: memory.file,
+            },
+            note,
+        ))
+    }
+
+    pub fn frame_size(&self) -> usize {
+        self.frame_size
+    }
+    pub fn nslots(&self) -> u64 {
+        self.nslots
+    }
+    /// Frames per 4 KiB-aligned run.
+    pub fn run(&self) -> u64 {
+        self.run
+    }
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+    pub fn huge_pages(&self) -> bool {
+        self.huge_pages
+    }
+    pub fn locked(&self) -> bool {
+        self.locked
+    }
+
+    /// Address of frame `seq`'s slot; the `n` frames from there are contiguous for `n <= nslots`.
+    #[inline]
+    pub fn slot_ptr(&self, seq: u64) -> *mut u8 {
+        let idx = (seq % self.nslots) as usize;
+        // SAFETY: idx < nslots, so the slot lies in the first half of the mapping.
+        unsafe { self.base.add(idx * self.frame_size) }
+    }
+
+    /// The bytes of frames `seq..seq + n` (`n <= nslots`).
+    ///
+    /// # Safety
+    /// The caller must hold those frames: published and not yet released by its consumer
+    /// position or pin, so the capture cannot be writing them.
+    #[inline]
+    pub unsafe fn frames(&self, seq: u64, n: u64) -> &[u8] {
+        debug_assert!(n <= self.nslots);
+        unsafe { std::slice::from_raw_parts(self.slot_ptr(seq), n as usize * self.frame_size) }
+    }
+
+    // -- capture side ------------------------------------------------------------------
+
+    pub fn write_seq(&self) -> u64 {
+        self.write_seq.load(Ordering::Acquire)
+    }
+
+    /// Publishes frames up to `seq` (exclusive) to the consumers.
+    #[inline]
+    pub fn publish(&self, seq: u64) {
+        self.write_seq.store(seq, Ordering::Release);
+    }
+
+    /// Announces that the capture may write frames below `end`, then returns how many frames
+    /// from `next` it may really write: the room left by the writer and the views.
+    #[inline]
+    pub fn reserve(&self, next: u64, end: u64) -> u64 {
+        // Store, then read the pins (both SeqCst): a view pinning at the same moment either
+        // sees this reservation and gives up, or is seen here.
+        self.reserved_seq.store(end, Ordering::SeqCst);
+        let limit = self.oldest_held() + self.nslots;
+        let allowed = limit.min(end).saturating_sub(next);
+        // Lower the announcement to what will really be written, so views of the oldest
+        // frames are not refused while the ring is full.
+        self.reserved_seq.store(next + allowed, Ordering::SeqCst);
+        allowed
+    }
+
+    /// The oldest frame still needed by the writer or a view.
+    fn oldest_held(&self) -> u64 {
+        let mut oldest = self.read_seq.load(Ordering::SeqCst);
+        if self.pins_active.load(Ordering::SeqCst) > 0 {
+            for p in &self.pins {
+                oldest = oldest.min(p.load(Ordering::SeqCst));
+            }
+        }
+        oldest
+    }
+
+    // -- consumer side -----------------------------------------------------------------
+
+    pub fn read_seq(&self) -> u64 {
+        self.read_seq.load(Ordering::Acquire)
+    }
+
+    /// The writer has consumed frames below `seq`.
+    pub fn release(&self, seq: u64) {
+        self.read_seq.store(seq, Ordering::SeqCst);
+    }
+
+    /// Makes the ring behave as if it had no consumer (monitoring without writing).
+    pub fn set_no_consumer(&self) {
+        self.read_seq.store(u64::MAX / 2, Ordering::SeqCst);
+    }
+
+    /// Frames held and not yet consumed by the writer.
+    pub fn fill(&self) -> u64 {
+        self.write_seq()
+            .saturating_sub(self.read_seq().min(self.write_seq()))
+    }
+
+    /// Pins frames `first..first + n` against overwriting; returns the pin's index.
+    pub fn pin(&self, first: u64, n: u64) -> Result<usize, RingError> {
+        if n > self.nslots {
+            return Err(RingError::ViewTooLarge {
+                asked: n,
+                slots: self.nslots,
+            });
+        }
+        let idx = self
+            .pins
+            .iter()
+            .position(|p| {
+                p.compare_exchange(FREE, first, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            })
+            .ok_or(RingError::TooManyPins)?;
+        self.pins_active.fetch_add(1, Ordering::SeqCst);
+        let reserved = self.reserved_seq.load(Ordering::SeqCst);
+        let written = self.write_seq.load(Ordering::SeqCst);
+        // The frames must be published, and the capture must not (be about to) overwrite them.
+        if first + n > written || reserved > first + self.nslots {
+            self.unpin(idx);
+            return Err(RingError::NotInRing {
+                first,
+                end: first + n,
+                oldest: reserved
+                    .saturating_sub(self.nslots)
+                    .max(written.saturating_sub(self.nslots)),
+                newest: written,
+            });
+        }
+        Ok(idx)
+    }
+
+    pub fn unpin(&self, idx: usize) {
+        self.pins[idx].store(FREE, Ordering::SeqCst);
+        self.pins_active.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Pins the newest `n` frames; returns (pin, first frame).
+    pub fn pin_latest(&self, n: u64) -> Result<(usize, u64), RingError> {
+        // Retry a few times: the capture may overtake a pin between reading and pinning.
+        let mut last_err = None;
+        for _ in 0..16 {
+            let w = self.write_seq();
+            let first = w.saturating_sub(n);
+            match self.pin(first, w - first) {
+                Ok(idx) => return Ok((idx, first)),
+                Err(e @ RingError::NotInRing { .. }) => last_err = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.expect("set in the loop"))
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the reservation made in map_mirrored; no reference outlives the ring.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, 2 * self.bytes);
+        }
+    }
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    a / gcd(a, b) * b
+}
+
+/// Maps the first `bytes` of `file` twice, back to back, in one reserved address range.
+fn map_mirrored(file: &File, bytes: usize, huge: bool) -> Result<*mut u8, RingError> {
+    let err = || RingError::Map(std::io::Error::last_os_error());
+    // SAFETY: reserve 2 × bytes of address space, then replace both halves with shared
+    // mappings of the same file at fixed addresses inside the reservation.
+    unsafe {
+        let align = if huge { 2 << 20 } else { 4096 };
+        let reserve = libc::mmap(
+            std::ptr::null_mut(),
+            2 * bytes + align,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+        if reserve == libc::MAP_FAILED {
+            return Err(err());
+        }
+        // Align the start (huge pages need 2 MiB alignment), give back the slack.
+        let start = (reserve as usize).next_multiple_of(align);
+        let slack_front = start - reserve as usize;
+        if slack_front > 0 {
+            libc::munmap(reserve, slack_front);
+        }
+        let slack_back = align - slack_front;
+        if slack_back > 0 {
+            libc::munmap((start + 2 * bytes) as *mut libc::c_void, slack_back);
+        }
+        for half in 0..2 {
+            let addr = (start + half * bytes) as *mut libc::c_void;
+            let p = libc::mmap(
+                addr,
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                // Populate the page tables now: the memfd's pages are already allocated.
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                0,
+            );
+            if p == libc::MAP_FAILED || p != addr {
+                let e = err();
+                libc::munmap(start as *mut libc::c_void, 2 * bytes);
+                return Err(e);
+            }
+        }
+        Ok(start as *mut u8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(bytes: u64, fs: usize) -> Ring {
+        Ring::new(RingMemory::new(bytes, false).unwrap(), fs, false)
+            .unwrap()
+            .0
+    }
+
+    #[test]
+    fn runs_are_page_aligned() {
+        assert_eq!(frames_per_run(8224), 128);
+        assert_eq!(frames_per_run(5032), 512);
+        assert_eq!(frames_per_run(4096 + 32), 128);
+        for fs in [8224usize, 5032, 1056, 8032, 544] {
+            assert_eq!(frames_per_run(fs) * fs as u64 % 4096, 0);
+        }
+        let r = ring(64 << 20, 8224);
+        assert_eq!(r.nslots() % 128, 0);
+        assert_eq!(r.base as usize % 4096, 0);
+        assert_eq!(r.slot_ptr(128) as usize % 4096, 0);
+        assert_eq!(r.bytes(), r.nslots() as usize * 8224);
+    }
+
+    #[test]
+    fn mirror_makes_the_wrap_contiguous() {
+        let r = ring(2 << 20, 8224);
+        let n = r.nslots();
+        // Write a pattern into the last and first slot through their own addresses.
+        unsafe {
+            std::ptr::write_bytes(r.slot_ptr(n - 1), 0xAB, 8224);
+            std::ptr::write_bytes(r.slot_ptr(n), 0xCD, 8224);
+        }
+        r.publish(n + 1);
+        let both = unsafe { r.frames(n - 1, 2) };
+        assert!(both[..8224].iter().all(|b| *b == 0xAB));
+        assert!(both[8224..].iter().all(|b| *b == 0xCD));
+    }
+
+    #[test]
+    fn reserve_respects_writer_and_pins() {
+        let r = ring(2 << 20, 8224);
+        let n = r.nslots();
+        assert_eq!(r.reserve(0, 64), 64);
+        r.publish(n);
+        // Full: the writer has consumed nothing.
+        assert_eq!(r.reserve(n, n + 64), 0);
+        r.release(10);
+        assert_eq!(r.reserve(n, n + 64), 10);
+        // The capture now owns slots 0..10: a view of frame 5 is refused.
+        assert!(matches!(r.pin(5, 3), Err(RingError::NotInRing { .. })));
+        // Before that reservation, a view pinning frame 5 holds the capture back further.
+        r.release(0);
+        assert_eq!(r.reserve(n, n), 0);
+        let p = r.pin(5, 3).unwrap();
+        r.release(n);
+        assert_eq!(r.reserve(n, n + 64), 5);
+        r.unpin(p);
+        assert_eq!(r.reserve(n, n + 64), 64);
+    }
+
+    #[test]
+    fn pins_refuse_frames_not_there() {
+        let r = ring(2 << 20, 8224);
+        let n = r.nslots();
+        r.publish(100);
+        assert!(matches!(r.pin(90, 20), Err(RingError::NotInRing { .. })));
+        r.release(n + 50);
+        r.reserve(n + 50, n + 60);
+        r.publish(n + 60);
+        // Frame 30's slot is being rewritten by frame n + 30.
+        assert!(matches!(r.pin(30, 5), Err(RingError::NotInRing { .. })));
+        let (idx, first) = r.pin_latest(10).unwrap();
+        assert_eq!(first, n + 50);
+        r.unpin(idx);
+        let all: Vec<usize> = (0..MAX_PINS).map(|_| r.pin(n + 55, 1).unwrap()).collect();
+        assert!(matches!(r.pin(n + 55, 1), Err(RingError::TooManyPins)));
+        for i in all {
+            r.unpin(i);
+        }
+        assert!(matches!(
+            r.pin(0, n + 1),
+            Err(RingError::ViewTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn too_small_is_explained() {
+        let m = RingMemory::new(4096, false).unwrap();
+        let err = Ring::new(m, 8224, false).err().unwrap().to_string();
+        assert!(
+            err.contains("give --ring of at least 1052672 bytes"),
+            "{err}"
+        );
+    }
+}

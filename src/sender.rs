@@ -1,0 +1,683 @@
+//! `vdifrec send`: a FILA10G-like VDIF source over UDP, paced with `sendmmsg`.
+//!
+//! Payloads come from a pool generated once (noise plus tone, see `generate`), so sending costs
+//! no synthesis; each datagram is gathered from a small header buffer and a pool payload. Faults
+//! can be injected deterministically: drops (`S:A-B`, `every:N`), reordering, stray datagrams.
+//! `record_sent` writes exactly the frames sent, in order, for byte-exact comparisons.
+
+use crate::generate::{frame_header, GenerateError, SignalSpec, Synth};
+use crate::vdif::header::Header;
+use serde::Serialize;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// Datagrams per sendmmsg call.
+const SEND_BATCH: usize = 32;
+
+#[derive(Debug, Error)]
+pub enum SendError {
+    #[error("{name}: {why}")]
+    BadArgument { name: &'static str, why: String },
+    #[error(transparent)]
+    Generate(#[from] GenerateError),
+    #[error("cannot open the socket to {to}: {source}")]
+    Socket {
+        to: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot read {path}: {why}")]
+    Replay { path: PathBuf, why: String },
+    #[error("cannot write {path}: {source}")]
+    RecordSent {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the sender thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A rule that drops frames from the sequence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DropRule {
+    /// VDIF second `second` counted from the start (0 = first), frame numbers `first..=last`.
+    Range { second: u64, first: u32, last: u32 },
+    /// Every `n`-th frame of the sequence (the n-th, 2n-th, ...).
+    Every(u64),
+}
+
+/// Parses `S:A-B[,S:A-B][,every:N]`.
+pub fn parse_drops(text: &str) -> Result<Vec<DropRule>, SendError> {
+    let bad = |why: String| SendError::BadArgument { name: "drop", why };
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if let Some(n) = part.strip_prefix("every:") {
+            let n: u64 = n
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| bad(format!("{part:?}: every:N needs a positive N")))?;
+            out.push(DropRule::Every(n));
+            continue;
+        }
+        let (s, range) = part
+            .split_once(':')
+            .ok_or_else(|| bad(format!("{part:?} is neither S:A-B nor every:N")))?;
+        let (a, b) = range.split_once('-').unwrap_or((range, range));
+        let parse = |t: &str| {
+            t.trim()
+                .parse::<u64>()
+                .map_err(|_| bad(format!("{part:?}: {t:?} is not a number")))
+        };
+        let (second, first, last) = (parse(s)?, parse(a)?, parse(b)?);
+        if first > last || last >= 1 << 24 {
+            return Err(bad(format!(
+                "{part:?}: frame numbers A-B must have A <= B < 2^24"
+            )));
+        }
+        out.push(DropRule::Range {
+            second,
+            first: first as u32,
+            last: last as u32,
+        });
+    }
+    Ok(out)
+}
+
+#[derive(Clone, Debug)]
+pub struct SendConfig {
+    pub to: SocketAddr,
+    pub spec: SignalSpec,
+    /// Seconds of data to send (bounds the generated sequence).
+    pub duration: Option<f64>,
+    /// Frames of the sequence to send (all threads; bounds it too).
+    pub frames: Option<u64>,
+    pub psn: bool,
+    pub drops: Vec<DropRule>,
+    /// Swap every n-th frame with the one after it.
+    pub reorder: Option<u64>,
+    /// Stray datagrams of random size and content spread through the stream.
+    pub garbage: u64,
+    /// Replay this file's frames instead of generating.
+    pub file: Option<PathBuf>,
+    pub record_sent: Option<PathBuf>,
+    /// Frame sets in the payload pool.
+    pub pool: usize,
+    pub cpu: Option<usize>,
+}
+
+impl SendConfig {
+    pub fn new(to: SocketAddr, spec: SignalSpec) -> SendConfig {
+        SendConfig {
+            to,
+            spec,
+            duration: None,
+            frames: None,
+            psn: false,
+            drops: Vec::new(),
+            reorder: None,
+            garbage: 0,
+            file: None,
+            record_sent: None,
+            pool: 1024,
+            cpu: None,
+        }
+    }
+}
+
+/// What a send did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SendSummary {
+    /// VDIF frames handed to the kernel.
+    pub frames_sent: u64,
+    /// Bytes of those datagrams (PSN included).
+    pub bytes_sent: u64,
+    /// Frames of the sequence left out on purpose (--drop).
+    pub frames_dropped: u64,
+    /// Frames sent out of order on purpose (--reorder).
+    pub frames_reordered: u64,
+    pub garbage_sent: u64,
+    /// Datagrams refused because nobody listened (ICMP port unreachable).
+    pub refused: u64,
+    pub send_errors: u64,
+    pub frame_size: usize,
+    pub frames_per_second: u32,
+    pub threads: u32,
+    /// Reference epoch and seconds of the first frame.
+    pub ref_epoch: u32,
+    pub start_second: u32,
+    pub duration_s: f64,
+    /// Achieved rate in Gbit/s of datagram bytes.
+    pub gbps: f64,
+    /// The send stopped before the end of its sequence (stop asked).
+    pub stopped_early: bool,
+}
+
+/// Where frames come from.
+enum Source {
+    Pool {
+        template: Header,
+        fps: u32,
+        threads: u32,
+        /// pool frame sets × threads payloads, each `payload` bytes.
+        payloads: Vec<u8>,
+        sets: usize,
+    },
+    Replay {
+        map: memmap2::Mmap,
+        frames: u64,
+    },
+}
+
+/// A sender running in its own thread.
+pub struct Sender {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<Result<SendSummary, String>>>,
+    result: Arc<Mutex<Option<Result<SendSummary, String>>>>,
+}
+
+impl Sender {
+    /// Prepares (pool, socket, files) and starts sending; errors in preparation come back here.
+    pub fn start(cfg: SendConfig) -> Result<Sender, SendError> {
+        let job = Job::prepare(cfg)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("vdifrec-send".into())
+            .spawn(move || job.run(&stop2))
+            .map_err(SendError::Thread)?;
+        Ok(Sender {
+            stop,
+            handle: Some(handle),
+            result: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    /// Asks the sender to stop after the current batch.
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.handle.as_ref().is_none_or(|h| h.is_finished())
+    }
+
+    /// Waits for the end (or `timeout`); returns the summary once finished.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Option<Result<SendSummary, String>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        while !self.is_finished() {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut r = self.result.lock().unwrap();
+        if r.is_none() {
+            if let Some(h) = self.handle.take() {
+                *r = Some(
+                    h.join()
+                        .unwrap_or_else(|_| Err("the sender thread panicked".into())),
+                );
+            }
+        }
+        r.clone()
+    }
+
+    /// Stops and returns the summary.
+    pub fn stop(&mut self) -> Result<SendSummary, String> {
+        self.request_stop();
+        self.wait(None).expect("finished")
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.request_stop();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+struct Job {
+    cfg: SendConfig,
+    socket: Socket,
+    source: Source,
+    total: u64,
+    frame_size: usize,
+    record: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Job {
+    fn prepare(cfg: SendConfig) -> Result<Job, SendError> {
+        let bad = |name, why: String| SendError::BadArgument { name, why };
+        if cfg.pool == 0 {
+            return Err(bad(
+                "pool",
+                "the payload pool needs at least one frame set".into(),
+            ));
+        }
+        if cfg.reorder == Some(0) {
+            return Err(bad(
+                "reorder",
+                "N must be positive (every N-th frame is swapped with the next)".into(),
+            ));
+        }
+        if let Some(d) = cfg.duration {
+            if !(d.is_finite() && d > 0.0) {
+                return Err(bad(
+                    "duration",
+                    format!("{d} is not a positive number of seconds"),
+                ));
+            }
+        }
+        let (source, frame_size, per_second) = match &cfg.file {
+            Some(path) => {
+                let replay_err = |why: String| SendError::Replay {
+                    path: path.clone(),
+                    why,
+                };
+                let file = std::fs::File::open(path).map_err(|e| replay_err(e.to_string()))?;
+                // SAFETY: read-only map of a recording the operator asked to replay.
+                let map =
+                    unsafe { memmap2::Mmap::map(&file) }.map_err(|e| replay_err(e.to_string()))?;
+                let h = Header::parse_unchecked(&map).map_err(|e| replay_err(e.to_string()))?;
+                let fs = h.frame_size();
+                if fs <= h.header_size() || fs > 65_000 {
+                    return Err(replay_err(format!("first frame claims {fs} bytes")));
+                }
+                let frames = (map.len() / fs) as u64;
+                let mut threads = std::collections::BTreeSet::new();
+                for k in 0..frames.min(4096) as usize {
+                    if let Ok(h) = Header::parse_unchecked(&map[k * fs..]) {
+                        threads.insert(h.thread_id());
+                    }
+                }
+                let per_second = cfg.spec.fps as f64 * threads.len().max(1) as f64;
+                (Source::Replay { map, frames }, fs, per_second)
+            }
+            None => {
+                let spec = &cfg.spec;
+                let template = spec.template()?;
+                let payload = template.payload_size();
+                let threads = spec.threads as usize;
+                let mut synth = Synth::new(spec)?;
+                let mut payloads = vec![0u8; cfg.pool * threads * payload];
+                for set in payloads.chunks_mut(threads * payload) {
+                    let mut parts: Vec<&mut [u8]> = set.chunks_mut(payload).collect();
+                    synth.next_frameset(&mut parts);
+                }
+                (
+                    Source::Pool {
+                        template,
+                        fps: spec.fps,
+                        threads: spec.threads,
+                        payloads,
+                        sets: cfg.pool,
+                    },
+                    spec.frame_size,
+                    spec.fps as f64 * spec.threads as f64,
+                )
+            }
+        };
+        let mut total = u64::MAX;
+        if let Some(d) = cfg.duration {
+            total = total.min((d * per_second).round() as u64);
+        }
+        if let Some(n) = cfg.frames {
+            total = total.min(n);
+        }
+        if let Source::Replay { frames, .. } = &source {
+            total = total.min(*frames);
+        }
+        if total == u64::MAX {
+            return Err(bad(
+                "duration",
+                "give --duration or --frames (or --file) to bound what is sent".into(),
+            ));
+        }
+        let domain = if cfg.to.is_ipv6() {
+            Domain::IPV6
+        } else {
+            Domain::IPV4
+        };
+        let sock_err = |source| SendError::Socket { to: cfg.to, source };
+        let socket =
+            Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP)).map_err(sock_err)?;
+        let _ = socket.set_send_buffer_size(64 << 20);
+        socket.connect(&SockAddr::from(cfg.to)).map_err(sock_err)?;
+        let record = match &cfg.record_sent {
+            Some(p) => Some(std::io::BufWriter::with_capacity(
+                8 << 20,
+                std::fs::File::create(p).map_err(|source| SendError::RecordSent {
+                    path: p.clone(),
+                    source,
+                })?,
+            )),
+            None => None,
+        };
+        Ok(Job {
+            cfg,
+            socket,
+            source,
+            total,
+            frame_size,
+            record,
+        })
+    }
+
+    fn run(mut self, stop: &AtomicBool) -> Result<SendSummary, String> {
+        crate::affinity::name_current("vdifrec-send");
+        if let Some(cpu) = self.cfg.cpu {
+            crate::affinity::pin_current("sender", cpu);
+        }
+        let fs = self.frame_size;
+        let (per_second, threads, fps, first_header) = match &self.source {
+            Source::Pool {
+                template,
+                fps,
+                threads,
+                ..
+            } => (*fps as f64 * *threads as f64, *threads, *fps, *template),
+            Source::Replay { map, .. } => (
+                self.cfg.spec.fps as f64,
+                1,
+                self.cfg.spec.fps,
+                Header::parse_unchecked(map).expect("checked in prepare"),
+            ),
+        };
+        let mut sum = SendSummary {
+            frame_size: fs,
+            frames_per_second: fps,
+            threads,
+            ref_epoch: first_header.ref_epoch(),
+            start_second: first_header.seconds(),
+            ..Default::default()
+        };
+        // The order frames are sent in: sequence numbers, with drops removed and swaps done.
+        let garbage_every = if self.cfg.garbage > 0 {
+            (self.total / (self.cfg.garbage + 1)).max(1)
+        } else {
+            u64::MAX
+        };
+        let mut rng = crate::generate::Rng::new(self.cfg.spec.seed ^ 0x5eed_6a7b);
+        // A batch can run two past SEND_BATCH: a stray datagram and a swapped frame.
+        let mut headers = vec![[0u8; 32]; SEND_BATCH + 2];
+        let mut psns = vec![[0u8; 8]; SEND_BATCH + 2];
+        let mut garbage_buf = vec![0u8; 9000];
+        let started = Instant::now();
+        let mut j: u64 = 0; // position in the sequence
+        let mut pending_swap: Option<u64> = None;
+        let mut garbage_left = self.cfg.garbage;
+        while j < self.total || pending_swap.is_some() {
+            if stop.load(Ordering::Acquire) {
+                sum.stopped_early = true;
+                break;
+            }
+            // Collect a batch of sequence numbers to send.
+            let mut batch: Vec<Item> = Vec::with_capacity(SEND_BATCH);
+            while batch.len() < SEND_BATCH && (j < self.total || pending_swap.is_some()) {
+                if j >= self.total {
+                    batch.push(Item::Frame(pending_swap.take().expect("pending")));
+                    continue;
+                }
+                let k = j;
+                j += 1;
+                if garbage_left > 0 && k > 0 && k % garbage_every == 0 {
+                    batch.push(Item::Garbage);
+                    garbage_left -= 1;
+                }
+                if self.dropped(k, &first_header, fps, threads) {
+                    sum.frames_dropped += 1;
+                    continue;
+                }
+                if let Some(n) = self.cfg.reorder {
+                    if (k + 1) % n == 0 && pending_swap.is_none() && k + 1 < self.total {
+                        pending_swap = Some(k);
+                        sum.frames_reordered += 1;
+                        continue;
+                    }
+                }
+                batch.push(Item::Frame(k));
+                if let Some(p) = pending_swap.take() {
+                    batch.push(Item::Frame(p));
+                }
+            }
+            // Pace: the batch's first frame is due at its place in the sequence.
+            let due = started
+                + Duration::from_secs_f64(j.saturating_sub(batch.len() as u64) as f64 / per_second);
+            wait_until(due);
+            // Gather the datagrams.
+            let mut iov: Vec<[libc::iovec; 3]> = Vec::with_capacity(batch.len());
+            let mut counts = Vec::with_capacity(batch.len());
+            let mut psn_of = Vec::with_capacity(batch.len());
+            for (i, item) in batch.iter().enumerate() {
+                match *item {
+                    Item::Garbage => {
+                        let len = (rng.next_u64() % 9000) as usize;
+                        for b in garbage_buf[..len].chunks_mut(8) {
+                            let r = rng.next_u64().to_le_bytes();
+                            b.copy_from_slice(&r[..b.len()]);
+                        }
+                        iov.push([
+                            libc::iovec {
+                                iov_base: garbage_buf.as_mut_ptr() as *mut libc::c_void,
+                                iov_len: len,
+                            },
+                            empty_iov(),
+                            empty_iov(),
+                        ]);
+                        counts.push(1);
+                        psn_of.push(None);
+                    }
+                    Item::Frame(k) => {
+                        let (hdr_bytes, payload) = self.frame_parts(k, &mut headers[i]);
+                        let mut v = [empty_iov(), empty_iov(), empty_iov()];
+                        let mut n = 0;
+                        // The PSN is the frame's place in the sequence: a dropped frame leaves a
+                        // gap, a swapped one arrives out of order, as on a real network.
+                        if self.cfg.psn {
+                            psns[i] = k.to_le_bytes();
+                            v[n] = libc::iovec {
+                                iov_base: psns[i].as_mut_ptr() as *mut libc::c_void,
+                                iov_len: 8,
+                            };
+                            n += 1;
+                        }
+                        v[n] = libc::iovec {
+                            iov_base: hdr_bytes as *mut libc::c_void,
+                            iov_len: 32,
+                        };
+                        v[n + 1] = libc::iovec {
+                            iov_base: payload as *mut libc::c_void,
+                            iov_len: fs - 32,
+                        };
+                        iov.push(v);
+                        counts.push(n + 2);
+                        psn_of.push(Some(k));
+                    }
+                }
+            }
+            let mut msgs: Vec<libc::mmsghdr> = iov
+                .iter_mut()
+                .zip(&counts)
+                .map(|(v, n)| {
+                    // SAFETY: zeroed mmsghdr is a valid empty value; fields set below.
+                    let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                    m.msg_hdr.msg_iov = v.as_mut_ptr();
+                    m.msg_hdr.msg_iovlen = *n;
+                    m
+                })
+                .collect();
+            let mut at = 0;
+            while at < msgs.len() {
+                // SAFETY: the messages point at buffers alive for this call.
+                let rc = unsafe {
+                    libc::sendmmsg(
+                        self.socket.as_raw_fd(),
+                        msgs[at..].as_mut_ptr(),
+                        (msgs.len() - at) as libc::c_uint,
+                        0,
+                    )
+                };
+                if rc < 0 {
+                    let e = std::io::Error::last_os_error();
+                    match e.raw_os_error() {
+                        Some(libc::ECONNREFUSED) => {
+                            // Nobody listening: this datagram is not sent; count it and go on.
+                            sum.refused += 1;
+                            at += 1;
+                        }
+                        Some(libc::ENOBUFS) | Some(libc::EAGAIN) | Some(libc::EINTR) => {
+                            std::thread::sleep(Duration::from_micros(50));
+                        }
+                        _ => {
+                            sum.send_errors += 1;
+                            at += 1;
+                        }
+                    }
+                    continue;
+                }
+                for idx in at..at + rc as usize {
+                    let bytes: usize = iov[idx][..counts[idx]].iter().map(|v| v.iov_len).sum();
+                    sum.bytes_sent += bytes as u64;
+                    match psn_of[idx] {
+                        Some(_) => {
+                            sum.frames_sent += 1;
+                            if let Some(w) = self.record.as_mut() {
+                                let v = &iov[idx];
+                                let skip = usize::from(self.cfg.psn);
+                                for part in &v[skip..counts[idx]] {
+                                    // SAFETY: the iovec points at a live header or payload.
+                                    let s = unsafe {
+                                        std::slice::from_raw_parts(
+                                            part.iov_base as *const u8,
+                                            part.iov_len,
+                                        )
+                                    };
+                                    w.write_all(s).map_err(|e| format!("--record-sent: {e}"))?;
+                                }
+                            }
+                        }
+                        None => sum.garbage_sent += 1,
+                    }
+                }
+                at += rc as usize;
+            }
+        }
+        if let Some(mut w) = self.record.take() {
+            w.flush().map_err(|e| format!("--record-sent: {e}"))?;
+        }
+        sum.duration_s = started.elapsed().as_secs_f64();
+        sum.gbps = sum.bytes_sent as f64 * 8.0 / sum.duration_s.max(1e-9) / 1e9;
+        Ok(sum)
+    }
+
+    /// Whether frame `k` of the sequence is to be dropped.
+    fn dropped(&self, k: u64, first: &Header, fps: u32, threads: u32) -> bool {
+        if self.cfg.drops.is_empty() {
+            return false;
+        }
+        let set = k / threads as u64;
+        let seq = first.frame_nr() as u64 + set;
+        let (second, fnr) = (seq / fps as u64, (seq % fps as u64) as u32);
+        self.cfg.drops.iter().any(|r| match *r {
+            DropRule::Range {
+                second: s,
+                first: a,
+                last: b,
+            } => second == s && (a..=b).contains(&fnr),
+            DropRule::Every(n) => (k + 1) % n == 0,
+        })
+    }
+
+    /// Header (written into `hdr`) and payload pointer of frame `k`.
+    fn frame_parts(&self, k: u64, hdr: &mut [u8; 32]) -> (*const u8, *const u8) {
+        match &self.source {
+            Source::Pool {
+                template,
+                fps,
+                threads,
+                payloads,
+                sets,
+            } => {
+                let t = (k % *threads as u64) as u32;
+                let set = k / *threads as u64;
+                frame_header(template, *fps, set, t).write_to(hdr);
+                let payload = template.payload_size();
+                let idx = (set as usize % sets) * *threads as usize + t as usize;
+                (hdr.as_ptr(), payloads[idx * payload..].as_ptr())
+            }
+            Source::Replay { map, .. } => {
+                let off = k as usize * self.frame_size;
+                hdr.copy_from_slice(&map[off..off + 32]);
+                (hdr.as_ptr(), map[off + 32..].as_ptr())
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Item {
+    Frame(u64),
+    Garbage,
+}
+
+fn empty_iov() -> libc::iovec {
+    libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }
+}
+
+/// Sleeps until `due`, spinning for the last stretch (sleep is coarse at these rates).
+fn wait_until(due: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= due {
+            return;
+        }
+        let left = due - now;
+        if left > Duration::from_micros(200) {
+            std::thread::sleep(left - Duration::from_micros(100));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drop_specs() {
+        assert_eq!(
+            parse_drops("1:10-19, every:1000,2:5").unwrap(),
+            vec![
+                DropRule::Range {
+                    second: 1,
+                    first: 10,
+                    last: 19
+                },
+                DropRule::Every(1000),
+                DropRule::Range {
+                    second: 2,
+                    first: 5,
+                    last: 5
+                },
+            ]
+        );
+        for bad in ["x", "1:9-3", "every:0", "1:a-b"] {
+            let e = parse_drops(bad).unwrap_err().to_string();
+            assert!(e.starts_with("drop: "), "{e}");
+        }
+    }
+}

@@ -1,0 +1,293 @@
+"""Recording on loopback: byte-exact files, exact loss counts, malformed datagrams, PSN,
+rotation, draining at stop, the summary JSON, and the `vdifrec record` command line.
+
+Rates are modest here (the speed targets are benchmarks); every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import vdifrec
+
+FS = 8224
+START = dict(ref_epoch=53, start_second=2000)
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def record_while_sending(tmp_path: Path, rec_kw: dict, send_kw: dict, settle: float = 0.5) -> tuple[vdifrec.Summary, dict]:
+    """Starts a recorder, sends to it, waits until everything sent has arrived (bounded), stops."""
+    rec = vdifrec.Recorder(port=0, ring="32MiB", **rec_kw)
+    rec.start()
+    assert rec.address is not None
+    sent = vdifrec.send(rec.address, **send_kw)
+    deadline = time.monotonic() + 20
+    want = sent["frames_sent"]
+    while rec.stats().frames_received + rec.stats().ring_overflows < want and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(settle)
+    return rec.stop(), sent
+
+
+def test_file_is_byte_identical_to_what_was_sent(tmp_path: Path) -> None:
+    out, sent_file = tmp_path / "rec.vdif", tmp_path / "sent.vdif"
+    summary, sent = record_while_sending(
+        tmp_path, dict(path=out), dict(frames=20_000, fps=10_000, record_sent=sent_file, **START)
+    )
+    assert sent["frames_sent"] == 20_000
+    assert summary.ok and summary.invariant_holds
+    assert summary.frames_received == 20_000 and summary.frames_lost == 0
+    assert summary.bytes_buffered == summary.bytes_written == 20_000 * FS
+    assert [f.bytes for f in summary.files] == [20_000 * FS]
+    assert sha(out.read_bytes()) == sha(sent_file.read_bytes())
+    assert vdifrec.check(out, fps=10_000)["clean"]
+    # Frame size and rate were learned from the stream.
+    assert summary.frame_size == FS and summary.frames_per_second == 10_000
+
+
+def test_injected_drops_are_counted_per_second_and_in_total(tmp_path: Path) -> None:
+    summary, sent = record_while_sending(
+        tmp_path,
+        dict(path=tmp_path / "r.vdif", fps=5000),
+        dict(frames=20_000, fps=5000, drop="1:100-199,2:4990-4999,every:1000", **START),
+    )
+    # every:1000 drops the 1000th, 2000th, ... frame: 5 a second. The ranges add 100 in second 1
+    # and 10 in second 2, one of which (frame 4999) every:1000 drops anyway: 129 in all.
+    assert sent["frames_dropped"] == 129
+    per_second = {r.vdif_seconds - 2000: r.lost for r in summary.seconds}
+    # The very last frame of the sequence is dropped too; nothing after the last frame received
+    # is guessed, so it is not counted lost.
+    assert per_second == {0: 5, 1: 105, 2: 14, 3: 4}
+    assert summary.frames_lost == 128
+    assert summary.frames_received == 20_000 - 129
+    assert sum(r.received for r in summary.seconds) == summary.frames_received
+    assert summary.ok
+
+
+def test_garbage_is_counted_as_malformed_and_not_written(tmp_path: Path) -> None:
+    out, sent_file = tmp_path / "g.vdif", tmp_path / "s.vdif"
+    summary, sent = record_while_sending(
+        tmp_path,
+        dict(path=out, frame_size=FS),
+        dict(frames=5000, fps=5000, garbage=300, record_sent=sent_file, **START),
+    )
+    assert sent["garbage_sent"] == 300
+    assert summary.datagrams_malformed == 300
+    assert summary.datagrams == 5300
+    kinds = summary.datagrams_malformed_by_kind
+    assert kinds["too_short"] + kinds["too_long"] + kinds["bad_frame_length"] == 300
+    assert summary.frames_received == 5000 and summary.frames_lost == 0
+    assert sha(out.read_bytes()) == sha(sent_file.read_bytes())
+
+
+def test_psn_offset_is_stripped_and_psn_gaps_counted(tmp_path: Path) -> None:
+    out, sent_file = tmp_path / "p.vdif", tmp_path / "s.vdif"
+    summary, sent = record_while_sending(
+        tmp_path,
+        dict(path=out, offset=8, psn=True),
+        dict(frames=6000, fps=5000, psn=True, drop="0:10-14", record_sent=sent_file, **START),
+    )
+    assert summary.psn_lost == 5 and summary.psn_out_of_order == 0
+    assert summary.frames_lost == 5
+    assert summary.frames_received == 5995
+    assert sha(out.read_bytes()) == sha(sent_file.read_bytes())
+
+
+def test_rotation_keeps_every_byte(tmp_path: Path) -> None:
+    sent_file = tmp_path / "sent.vdif"
+    rec_dir = tmp_path / "rec"
+    rec_dir.mkdir()
+    summary, _ = record_while_sending(
+        tmp_path,
+        dict(directory=rec_dir, prefix="scan", file_size="4MiB"),
+        dict(frames=3000, fps=5000, record_sent=sent_file, **START),
+    )
+    files = [Path(f.path) for f in summary.files]
+    # 4 MiB rounds down to 3 runs of 128 frames (3 × 1052672 bytes); 3000 frames → 8 files.
+    assert len(files) == 8
+    assert [f.stat().st_size for f in files] == [f.bytes for f in summary.files]
+    assert all(f.bytes == 384 * FS for f in summary.files[:-1])
+    assert all(re.fullmatch(r"scan_\d{4}y\d{3}d\d\dh\d\dm\d\ds(_\d+)?\.vdif", f.name) for f in files)
+    joined = b"".join(f.read_bytes() for f in files)
+    assert sha(joined) == sha(sent_file.read_bytes())
+    assert summary.bytes_written == sum(f.bytes for f in summary.files) == 3000 * FS
+
+
+def test_stop_drains_the_ring(tmp_path: Path) -> None:
+    # A writer throttled to 4 MB/s still has most of the data in the ring at stop.
+    out, sent_file = tmp_path / "d.vdif", tmp_path / "s.vdif"
+    rec = vdifrec.Recorder(port=0, ring="64MiB", path=out, throttle="4MB")
+    rec.start()
+    assert rec.address is not None
+    vdifrec.send(rec.address, frames=4000, fps=10_000, record_sent=sent_file, **START)
+    deadline = time.monotonic() + 10
+    while rec.stats().frames_received < 4000 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    before = rec.stats()
+    assert before.bytes_written < before.bytes_buffered  # still in the ring
+    summary = rec.stop()
+    assert summary.ok and summary.bytes_written == 4000 * FS
+    assert sha(out.read_bytes()) == sha(sent_file.read_bytes())
+
+
+def test_monitor_only_writes_nothing(tmp_path: Path) -> None:
+    summary, _ = record_while_sending(tmp_path, dict(), dict(frames=3000, fps=5000, **START))
+    assert summary.frames_received == 3000 and summary.files == []
+    assert summary.bytes_written == 0 and summary.bytes_dropped_disk == 0 and summary.ok
+
+
+def test_max_frames_stops_the_capture(tmp_path: Path) -> None:
+    out = tmp_path / "m.vdif"
+    rec = vdifrec.Recorder(port=0, ring="16MiB", path=out, max_frames=1000)
+    rec.start()
+    assert rec.address is not None
+    vdifrec.send(rec.address, frames=3000, fps=10_000, **START)
+    rec.wait(duration=10, frames=1000)
+    summary = rec.stop()
+    assert summary.frames_received == 1000 and out.stat().st_size == 1000 * FS
+
+
+def test_refuses_to_overwrite_and_names_bad_arguments(tmp_path: Path) -> None:
+    existing = tmp_path / "exists.vdif"
+    existing.write_bytes(b"x")
+    with pytest.raises(vdifrec.OutputError, match="never overwrites"):
+        vdifrec.Recorder(port=0, path=existing).start()
+    with pytest.raises(vdifrec.OutputError, match="does not exist"):
+        vdifrec.Recorder(port=0, directory=tmp_path / "nope").start()
+    with pytest.raises(ValueError, match="ring: cannot read"):
+        vdifrec.Recorder(port=0, ring="lots")
+    with pytest.raises(ValueError, match="port must be in 0..65535"):
+        vdifrec.Recorder(port=70000)
+    with pytest.raises(ValueError, match="psn: .*offset=8"):
+        vdifrec.Recorder(port=0, psn=True)
+    with pytest.raises(ValueError, match="bind: .* is not an IP address"):
+        vdifrec.Recorder(port=0, bind="nowhere")
+
+
+def test_port_in_use_is_named(tmp_path: Path) -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    try:
+        with pytest.raises(vdifrec.PortInUseError, match=f"port {port} on 127.0.0.1 is in use"):
+            vdifrec.Recorder(port=port).start()
+    finally:
+        s.close()
+
+
+def start_cli_record(*args: str) -> tuple[subprocess.Popen[str], int, list[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vdifrec.cli", "record", "--port", "0", "--ring", "32MiB", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    lines = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            return proc, int(m.group(1)), lines
+    proc.kill()
+    raise AssertionError(f"no 'listening on' line: {lines} {proc.stderr.read() if proc.stderr else ''}")
+
+
+def test_cli_record_table_summary_and_json(tmp_path: Path) -> None:
+    out, js = tmp_path / "cli.vdif", tmp_path / "summary.json"
+    proc, port, head = start_cli_record("--out", str(out), "--duration", "4", "--summary-json", str(js), "--fps", "5000")
+    sent = vdifrec.send(("127.0.0.1", port), frames=12_500, fps=5000, drop="1:0-49", **START)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    text = "".join(head) + stdout
+    assert "Time" in text and "Frame_Num/Sec" in text and "Packet_Loss" in text
+    rows = re.findall(r"^(\d+)\s+(\d+)/(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", text, re.M)
+    # Time, Frame_Num/Sec and Packet_Loss columns.
+    assert [(int(r[0]), int(r[1]), int(r[2]), int(r[6])) for r in rows] == [
+        (2000, 5000, 5000, 0), (2001, 4950, 5000, 50), (2002, 2500, 2500, 0)
+    ]
+    assert "Stream Good Packet: 12450" in text
+    assert f"Saved File Name: {out}" in text
+    assert f"File Capacity: {12450 * FS}" in text
+    s = json.loads(js.read_text())
+    for key in ["frames_received", "frames_lost", "frames_out_of_order", "frames_duplicate", "frames_invalid",
+                "datagrams_malformed", "datagrams_malformed_by_kind", "kernel_drops", "ring_overflows",
+                "bytes_buffered", "bytes_written", "bytes_dropped_disk", "files", "threads", "seconds"]:
+        assert key in s, key
+    assert s["frames_received"] == 12450 and s["frames_lost"] == 50 == sent["frames_dropped"]
+    assert s["bytes_written"] == s["bytes_buffered"] == out.stat().st_size == 12450 * FS
+    assert s["bytes_dropped_disk"] == 0
+    assert s["files"] == [{"path": str(out), "bytes": 12450 * FS}]
+    assert [r["lost"] for r in s["seconds"]] == [0, 50, 0]
+    assert s["seconds"][1]["threads"][0]["lost"] == 50
+
+
+def test_cli_record_sigterm_drains_and_summarises(tmp_path: Path) -> None:
+    out = tmp_path / "t.vdif"
+    proc, port, _ = start_cli_record("--out", str(out))
+    vdifrec.send(("127.0.0.1", port), frames=3000, fps=10_000, **START)
+    time.sleep(0.5)
+    proc.terminate()
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "Stream Good Packet: 3000" in stdout
+    assert out.stat().st_size == 3000 * FS
+
+
+def test_cli_usage_errors(tmp_path: Path, cli) -> None:
+    r = cli("record", "--port", "0")
+    assert r.returncode == 2 and "--out FILE, --dir DIR" in r.stderr
+    r = cli("record", "--port", "0", "--out", str(tmp_path / "x.vdif"), "--ring", "huge")
+    assert r.returncode == 2 and "--ring: cannot read" in r.stderr
+    (tmp_path / "e.vdif").write_bytes(b"")
+    r = cli("record", "--port", "0", "--out", str(tmp_path / "e.vdif"))
+    assert r.returncode == 2 and "never overwrites" in r.stderr
+    r = cli("send", "--to", "127.0.0.1:9")
+    assert r.returncode == 2 and "--duration SECONDS or --frames N" in r.stderr
+    r = cli("send", "--to", "nohost", "--frames", "1")
+    assert r.returncode == 2 and "HOST:PORT" in r.stderr
+    r = cli("send", "--to", "127.0.0.1:9", "--frames", "10", "--drop", "3:9-1")
+    assert r.returncode == 2 and "drop:" in r.stderr
+
+
+def test_refused_datagrams_are_counted_not_fatal() -> None:
+    # Nobody listens on this port: the kernel refuses; the sender counts and carries on.
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    result = vdifrec.send(("127.0.0.1", port), frames=200, fps=10_000, **START)
+    assert result["refused"] > 0
+    assert result["frames_sent"] + result["refused"] == 200
+
+
+def test_sender_records_what_it_sends_with_reordering(tmp_path: Path) -> None:
+    sent_file = tmp_path / "s.vdif"
+    summary, sent = record_while_sending(
+        tmp_path,
+        dict(path=tmp_path / "r.vdif", fps=5000),
+        dict(frames=6000, fps=5000, reorder=500, record_sent=sent_file, **START),
+    )
+    # Frames 500, 1000, ... 5500 are sent after their successors (6000, the last, has none).
+    assert sent["frames_reordered"] == 11
+    assert summary.frames_out_of_order == 11 and summary.frames_lost == 0
+    # The file holds frames in arrival order: the same bytes as sent.
+    assert sha((tmp_path / "r.vdif").read_bytes()) == sha(sent_file.read_bytes())
+    frames = np.fromfile(sent_file, np.uint8).reshape(-1, FS)
+    fnr = frames[:, 4:8].view("<u4")[:, 0] & 0xFFFFFF
+    assert (np.diff(fnr.astype(np.int64)) < 0).sum() == 11 + 1  # the swaps, and one second wrap
