@@ -5,6 +5,7 @@
 
 pub mod accounting;
 pub mod affinity;
+pub mod baseline;
 pub mod capture;
 pub mod check;
 pub mod classify;

@@ -900,6 +900,55 @@ fn start_time(ref_epoch: Option<u32>, start_second: Option<u32>) -> Option<(u32,
     }
 }
 
+/// Benchmark baseline: a plain recvmmsg-and-discard receiver on `bind:port`.
+#[pyclass(module = "vdifrec._core", frozen)]
+pub struct DiscardReceiver {
+    inner: Mutex<crate::baseline::DiscardReceiver>,
+    #[pyo3(get)]
+    port: u16,
+}
+
+#[pymethods]
+impl DiscardReceiver {
+    #[new]
+    #[pyo3(signature = (bind="127.0.0.1", port=0, rcvbuf=268435456))]
+    fn new(bind: &str, port: u16, rcvbuf: usize) -> PyResult<Self> {
+        let r = crate::baseline::DiscardReceiver::start(parse_ip("bind", bind)?, port, rcvbuf)
+            .map_err(|e| RecorderError::new_err(e.to_string()))?;
+        let port = r.local.port();
+        Ok(DiscardReceiver {
+            inner: Mutex::new(r),
+            port,
+        })
+    }
+
+    fn received(&self) -> u64 {
+        self.inner.lock().unwrap().received()
+    }
+
+    /// Stops; JSON with datagrams, bytes, kernel_drops, cpu_s, wall_s.
+    fn stop(&self, py: Python<'_>) -> PyResult<String> {
+        let r = py.detach(|| self.inner.lock().unwrap().stop());
+        to_json(&r)
+    }
+}
+
+/// Benchmark probe: the writer alone, fed from memory; JSON with bytes, seconds, cpu_s, direct.
+#[pyfunction]
+#[pyo3(signature = (directory, total_bytes, frame_size=8224, direct=true))]
+fn writer_throughput(
+    py: Python<'_>,
+    directory: std::path::PathBuf,
+    total_bytes: u64,
+    frame_size: usize,
+    direct: bool,
+) -> PyResult<String> {
+    let r = py
+        .detach(|| crate::baseline::writer_throughput(&directory, total_bytes, frame_size, direct))
+        .map_err(RecorderError::new_err)?;
+    to_json(&r)
+}
+
 /// Parses a byte size such as "8GiB"; `name` names the argument in the error.
 #[pyfunction]
 fn parse_size_arg(name: &str, text: &str) -> PyResult<u64> {
@@ -938,6 +987,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FileReader>()?;
     m.add_class::<PyRecorder>()?;
     m.add_class::<PySender>()?;
+    m.add_class::<DiscardReceiver>()?;
+    m.add_function(wrap_pyfunction!(writer_throughput, m)?)?;
     m.add("RecorderError", py.get_type::<RecorderError>())?;
     m.add("PortInUseError", py.get_type::<PortInUseError>())?;
     m.add("OutputError", py.get_type::<OutputError>())?;

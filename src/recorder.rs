@@ -246,10 +246,12 @@ pub struct Shared {
     failed: AtomicBool,
     notes: Mutex<Vec<String>>,
     threads: Mutex<(Vec<ThreadTotals>, Vec<Gap>)>,
+    /// CPU seconds the writer thread used (set when it ends).
+    pub writer_cpu_s: Mutex<f64>,
 }
 
 impl Shared {
-    fn new() -> Shared {
+    pub fn new() -> Shared {
         Shared {
             stop: AtomicBool::new(false),
             capture_done: AtomicBool::new(false),
@@ -267,6 +269,7 @@ impl Shared {
             failed: AtomicBool::new(false),
             notes: Mutex::new(Vec::new()),
             threads: Mutex::new((Vec::new(), Vec::new())),
+            writer_cpu_s: Mutex::new(0.0),
         }
     }
 
@@ -291,6 +294,12 @@ impl Shared {
     }
     pub fn failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
+    }
+    pub fn notes_snapshot(&self) -> Vec<String> {
+        self.notes.lock().unwrap().clone()
+    }
+    pub fn error_snapshot(&self) -> Option<String> {
+        self.error.lock().unwrap().clone()
     }
     /// The capture's counters; skipped if a reader holds the lock (the capture never waits).
     pub fn publish_capture(&self, stats: &CaptureStats) {
@@ -610,11 +619,19 @@ impl Recorder {
             invariant_holds,
             error,
             duration_s: self.started.elapsed().as_secs_f64(),
+            capture_cpu_s: c.capture_cpu_s,
+            writer_cpu_s: *self.shared.writer_cpu_s.lock().unwrap(),
             threads,
             gaps,
             seconds: self.shared.rows.lock().unwrap().clone(),
             notes: self.notes(),
         }
+    }
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared::new()
     }
 }
 

@@ -40,6 +40,10 @@ pub struct CaptureStats {
     pub seconds_since_datagram: Option<f64>,
     pub socket_errors: u64,
     pub last_socket_error: Option<String>,
+    /// CPU time the capture thread has used on frames, in seconds (set-up excluded).
+    pub capture_cpu_s: f64,
+    /// CPU time the capture thread spent setting up the ring (allocating, locking pages).
+    pub capture_setup_cpu_s: f64,
 }
 
 /// One completed VDIF second, with the recording's counters when it completed.
@@ -97,6 +101,9 @@ pub struct Summary {
     /// Why the recording stopped early or failed (disk full, ...), if it did.
     pub error: Option<String>,
     pub duration_s: f64,
+    /// CPU seconds used by the capture and writer threads.
+    pub capture_cpu_s: f64,
+    pub writer_cpu_s: f64,
     pub threads: Vec<ThreadTotals>,
     pub gaps: Vec<Gap>,
     pub seconds: Vec<RecordRow>,

@@ -88,6 +88,7 @@ pub fn run(shared: Arc<Shared>, cfg: WriterConfig) {
     if let Err(e) = w.close_file() {
         shared.fail(e);
     }
+    *shared.writer_cpu_s.lock().unwrap() = crate::affinity::thread_cpu_seconds();
     shared.writer_done.store(true, Ordering::Release);
 }
 

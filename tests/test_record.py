@@ -291,3 +291,47 @@ def test_sender_records_what_it_sends_with_reordering(tmp_path: Path) -> None:
     frames = np.fromfile(sent_file, np.uint8).reshape(-1, FS)
     fnr = frames[:, 4:8].view("<u4")[:, 0] & 0xFFFFFF
     assert (np.diff(fnr.astype(np.int64)) < 0).sum() == 11 + 1  # the swaps, and one second wrap
+
+
+def test_replaying_a_file_records_the_same_bytes(tmp_path: Path) -> None:
+    source = tmp_path / "source.vdif"
+    vdifrec.generate(source, seconds=1.5, fps=2000, threads=2, ref_epoch=53, start_second=50)
+    out = tmp_path / "replayed.vdif"
+    summary, sent = record_while_sending(tmp_path, dict(path=out), dict(file=source, fps=2000))
+    assert sent["frames_sent"] == 6000
+    assert summary.frames_received == 6000 and summary.frames_lost == 0 and summary.ok
+    assert sha(out.read_bytes()) == sha(source.read_bytes())
+    assert [t["thread"] for t in summary.threads] == [0, 1]
+    assert all(t["received"] == 3000 and t["lost"] == 0 for t in summary.threads)
+
+
+def test_multi_thread_stream_counts_per_thread(tmp_path: Path) -> None:
+    summary, sent = record_while_sending(
+        tmp_path, dict(path=tmp_path / "mt.vdif", fps=1000),
+        dict(frames=8000, fps=1000, threads=4, drop="1:500-509", **START),
+    )
+    # The drop takes frames 500-509 of second 1 on every thread: 40 frames.
+    assert sent["frames_dropped"] == 40
+    assert summary.frames_lost == 40 and summary.frames_received == 7960
+    per_thread = {t["thread"]: t["lost"] for t in summary.threads}
+    assert per_thread == {0: 10, 1: 10, 2: 10, 3: 10}
+    assert [len(r.threads) for r in summary.seconds] == [4, 4]
+    assert summary.seconds[1].lost == 40
+
+
+def test_stray_datagrams_before_the_first_frame_do_not_confuse_learning(tmp_path: Path) -> None:
+    out = tmp_path / "l.vdif"
+    rec = vdifrec.Recorder(port=0, ring="16MiB", path=out)
+    rec.start()
+    assert rec.address is not None
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for size in (0, 7, 100, 8224, 9000):
+        s.sendto(b"\xff" * size, rec.address)
+    s.close()
+    time.sleep(0.2)
+    vdifrec.send(rec.address, frames=1000, fps=10_000, **START)
+    time.sleep(0.5)
+    summary = rec.stop()
+    assert summary.datagrams_malformed == 5
+    assert summary.frames_received == 1000 and summary.frame_size == FS
+    assert out.stat().st_size == 1000 * FS

@@ -148,6 +148,8 @@ class Stats(_Record):
     latest_frame: dict[str, int] | None
     seconds_since_datagram: float | None
     socket_errors: int
+    capture_cpu_s: float
+    capture_setup_cpu_s: float
     error: str | None
 
     @classmethod
@@ -189,6 +191,8 @@ class Summary(_Record):
     invariant_holds: bool
     error: str | None
     duration_s: float
+    capture_cpu_s: float
+    writer_cpu_s: float
     threads: list[dict[str, Any]]
     gaps: list[dict[str, Any]]
     seconds: list[SecondRow]

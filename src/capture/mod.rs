@@ -91,6 +91,9 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
         has_writer: setup.has_writer,
     };
     let mut memory = Some(setup.memory);
+    // CPU spent setting up (faulting in the ring) is not per-frame work: keep it apart.
+    let mut setup_cpu = 0.0;
+    let cpu0 = crate::affinity::thread_cpu_seconds();
     let mut ring: Option<Arc<Ring>> = None;
     let mut format: Option<StreamFormat> = None;
     if let Some(fs) = setup.frame_size {
@@ -109,6 +112,7 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
     if let Some(n) = pin_note {
         shared.note(n);
     }
+    setup_cpu += crate::affinity::thread_cpu_seconds() - cpu0;
     shared.capture_ready.wait_set(true);
 
     let mut acc = Accounting::new(setup.fps, GapPolicy::WallClock);
@@ -140,6 +144,7 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
         acc.set_wall_clock(now.duration_since(started).as_secs_f64());
         if now.duration_since(last_publish) >= PUBLISH_EVERY {
             c.stats.kernel_drops = backend.kernel_drops();
+            c.stats.capture_setup_cpu_s = setup_cpu;
             publish(&shared, &mut c, &acc, now, ring.as_deref());
             last_publish = now;
         }
@@ -276,6 +281,7 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
     // Stopping: publish the last frames and count the last (partial) seconds.
     acc.finish();
     c.stats.kernel_drops = backend.kernel_drops();
+    c.stats.capture_setup_cpu_s = setup_cpu;
     emit_rows(&shared, &mut c, &mut acc, ring.as_deref());
     publish(&shared, &mut c, &acc, Instant::now(), ring.as_deref());
     shared.set_thread_totals(acc.thread_totals(), acc.gaps().0.to_vec());
@@ -356,6 +362,7 @@ fn note_frame_time(c: &mut Counters, h: &crate::vdif::Header) {
 }
 
 fn publish(shared: &Shared, c: &mut Counters, acc: &Accounting, now: Instant, ring: Option<&Ring>) {
+    c.stats.capture_cpu_s = crate::affinity::thread_cpu_seconds() - c.stats.capture_setup_cpu_s;
     c.stats.totals = acc.totals();
     c.stats.frames_per_second = acc.frames_per_second();
     c.stats.frame_size = ring.map_or(0, |r| r.frame_size());

@@ -1,0 +1,227 @@
+//! What the benchmarks measure vdifrec against, in the same run on the same machine:
+//! a plain receive-and-discard loop (the most any capture on this host could do), and the
+//! writer alone, fed from memory (to compare with `dd` on the same disk).
+
+use crate::recorder::Shared;
+use crate::ring::{Ring, RingMemory};
+use crate::writer::{self, Target, WriterConfig};
+use serde::Serialize;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What the discard loop received.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DiscardResult {
+    pub datagrams: u64,
+    pub bytes: u64,
+    pub kernel_drops: u64,
+    pub cpu_s: f64,
+    pub wall_s: f64,
+}
+
+/// A UDP socket read with recvmmsg into one reused buffer, every datagram thrown away.
+pub struct DiscardReceiver {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<DiscardResult>>,
+    pub local: SocketAddr,
+    received: Arc<AtomicU64>,
+}
+
+impl DiscardReceiver {
+    pub fn start(bind: IpAddr, port: u16, rcvbuf: usize) -> std::io::Result<DiscardReceiver> {
+        let domain = if bind.is_ipv6() {
+            Domain::IPV6
+        } else {
+            Domain::IPV4
+        };
+        let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+        let val = rcvbuf as libc::c_int;
+        // SAFETY: int socket options on our socket.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                &val as *const _ as *const libc::c_void,
+                4,
+            );
+            let on: libc::c_int = 1;
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RXQ_OVFL,
+                &on as *const _ as *const libc::c_void,
+                4,
+            );
+        }
+        socket.set_read_timeout(Some(Duration::from_millis(50)))?;
+        socket.bind(&SockAddr::from(SocketAddr::new(bind, port)))?;
+        let local = socket.local_addr()?.as_socket().expect("an inet socket");
+        let stop = Arc::new(AtomicBool::new(false));
+        let received = Arc::new(AtomicU64::new(0));
+        let (stop2, received2) = (stop.clone(), received.clone());
+        let handle = std::thread::spawn(move || discard_loop(socket, &stop2, &received2));
+        Ok(DiscardReceiver {
+            stop,
+            handle: Some(handle),
+            local,
+            received,
+        })
+    }
+
+    pub fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
+    }
+
+    pub fn stop(&mut self) -> DiscardResult {
+        self.stop.store(true, Ordering::Release);
+        self.handle
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default()
+    }
+}
+
+fn discard_loop(socket: Socket, stop: &AtomicBool, received: &AtomicU64) -> DiscardResult {
+    const N: usize = 64;
+    const SIZE: usize = 9000;
+    let mut buf = vec![0u8; N * SIZE];
+    let mut control = vec![[0u64; 8]; N];
+    // SAFETY: zeroed message headers are valid; each is pointed at its buffer below.
+    let mut iov: Vec<libc::iovec> = (0..N)
+        .map(|i| libc::iovec {
+            iov_base: unsafe { buf.as_mut_ptr().add(i * SIZE) } as *mut libc::c_void,
+            iov_len: SIZE,
+        })
+        .collect();
+    let mut msgs: Vec<libc::mmsghdr> = (0..N).map(|_| unsafe { std::mem::zeroed() }).collect();
+    let mut result = DiscardResult::default();
+    let t0 = Instant::now();
+    let cpu0 = crate::affinity::thread_cpu_seconds();
+    while !stop.load(Ordering::Acquire) {
+        for i in 0..N {
+            msgs[i].msg_hdr.msg_iov = &mut iov[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+            msgs[i].msg_hdr.msg_control = control[i].as_mut_ptr() as *mut libc::c_void;
+            msgs[i].msg_hdr.msg_controllen = 64;
+        }
+        // SAFETY: the headers point at live buffers.
+        let n = unsafe {
+            libc::recvmmsg(
+                socket.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                N as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n <= 0 {
+            continue;
+        }
+        for m in &msgs[..n as usize] {
+            result.bytes += m.msg_len as u64;
+        }
+        result.datagrams += n as u64;
+        received.store(result.datagrams, Ordering::Relaxed);
+        // SAFETY: reading the control data of the last message, as the udp backend does.
+        unsafe {
+            let hdr = &msgs[n as usize - 1].msg_hdr;
+            let cmsg = libc::CMSG_FIRSTHDR(hdr);
+            if !cmsg.is_null() && (*cmsg).cmsg_type == libc::SO_RXQ_OVFL {
+                let d = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const u32);
+                result.kernel_drops = result.kernel_drops.max(d as u64);
+            }
+        }
+    }
+    result.cpu_s = crate::affinity::thread_cpu_seconds() - cpu0;
+    result.wall_s = t0.elapsed().as_secs_f64();
+    result
+}
+
+/// What the writer alone achieved.
+#[derive(Clone, Debug, Serialize)]
+pub struct WriterBench {
+    pub bytes: u64,
+    pub seconds: f64,
+    pub cpu_s: f64,
+    pub direct: bool,
+    pub error: Option<String>,
+}
+
+/// Feeds the writer from memory as fast as the ring takes frames and times it writing
+/// `total_bytes` into `dir/{prefix}_*.vdif` (the caller removes the file).
+pub fn writer_throughput(
+    dir: &Path,
+    total_bytes: u64,
+    frame_size: usize,
+    direct: bool,
+) -> Result<WriterBench, String> {
+    let shared = Arc::new(Shared::new());
+    let memory = RingMemory::new(256 << 20, true).map_err(|e| e.to_string())?;
+    let (ring, _) = Ring::new(memory, frame_size, true).map_err(|e| e.to_string())?;
+    let ring = Arc::new(ring);
+    shared.set_ring(ring.clone());
+    let header = crate::generate::SignalSpec {
+        frame_size,
+        start: Some((53, 0)),
+        ..Default::default()
+    }
+    .template()
+    .map_err(|e| e.to_string())?;
+    let mut frame = vec![0x5au8; frame_size];
+    header.write_to(&mut frame);
+    let cfg = WriterConfig {
+        target: Target::Dir {
+            dir: dir.to_path_buf(),
+            prefix: "bench".into(),
+        },
+        file_size: None,
+        direct,
+        cpu: None,
+        throttle: None,
+        disk_limit: None,
+    };
+    let total = total_bytes / frame_size as u64;
+    let sh = shared.clone();
+    let t0 = Instant::now();
+    let writer = std::thread::spawn(move || writer::run(sh, cfg));
+    let mut seq = 0u64;
+    while seq < total {
+        let k = ring.reserve(seq, (seq + 1024).min(total));
+        if k == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+            continue;
+        }
+        for i in 0..k {
+            // SAFETY: reserved slots belong to this producer until published.
+            unsafe {
+                std::ptr::copy_nonoverlapping(frame.as_ptr(), ring.slot_ptr(seq + i), frame_size);
+            }
+        }
+        seq += k;
+        ring.publish(seq);
+    }
+    shared.capture_done.store(true, Ordering::Release);
+    writer
+        .join()
+        .map_err(|_| "writer thread panicked".to_string())?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let direct_used = shared
+        .notes_snapshot()
+        .iter()
+        .any(|n| n.contains("O_DIRECT writes"));
+    let cpu_s = *shared.writer_cpu_s.lock().unwrap();
+    Ok(WriterBench {
+        bytes: shared.bytes_written.load(Ordering::Acquire),
+        seconds,
+        cpu_s,
+        direct: direct_used,
+        error: shared.error_snapshot(),
+    })
+}
