@@ -86,6 +86,10 @@ pub struct ThreadSecond {
     /// Lowest and highest frame number seen this second.
     pub first_frame: u32,
     pub last_frame: u32,
+    /// Wall-clock time (the caller's clock; POSIX seconds for live capture) of the first and
+    /// last frame of this second that arrived.
+    pub first_seen: f64,
+    pub last_seen: f64,
 }
 
 /// One VDIF second of the stream, all threads.
@@ -100,6 +104,9 @@ pub struct SecondRow {
     pub frames_per_second: u32,
     #[serde(flatten)]
     pub counts: Counts,
+    /// Arrival (wall clock) of the second's first and last frame, all threads.
+    pub first_seen: f64,
+    pub last_seen: f64,
     pub threads: Vec<ThreadSecond>,
 }
 
@@ -145,6 +152,8 @@ struct Slot {
     counts: Counts,
     min_fnr: u32,
     max_fnr: u32,
+    first_seen: f64,
+    last_seen: f64,
     /// The thread's first second: nothing before its first frame is expected.
     is_first: bool,
 }
@@ -397,6 +406,8 @@ impl Accounting {
             counts: Counts::default(),
             min_fnr: u32::MAX,
             max_fnr: 0,
+            first_seen: f64::INFINITY,
+            last_seen: f64::NEG_INFINITY,
             is_first,
         }
     }
@@ -429,6 +440,8 @@ impl Accounting {
         let fresh = slot.mark(fnr);
         slot.min_fnr = slot.min_fnr.min(fnr);
         slot.max_fnr = slot.max_fnr.max(fnr);
+        slot.first_seen = slot.first_seen.min(self.now_wall);
+        slot.last_seen = slot.last_seen.max(self.now_wall);
         match fate {
             Fate::Buffered => {
                 slot.counts.received += 1;
@@ -596,6 +609,16 @@ impl Accounting {
             counts: slot.counts,
             first_frame: if seen { slot.min_fnr } else { 0 },
             last_frame: slot.max_fnr,
+            first_seen: if slot.first_seen.is_finite() {
+                slot.first_seen
+            } else {
+                0.0
+            },
+            last_seen: if slot.last_seen.is_finite() {
+                slot.last_seen
+            } else {
+                0.0
+            },
         };
         self.closed
             .push_back((slot.second, ts, slot.ref_epoch, slot.vdif_seconds));
@@ -629,6 +652,8 @@ impl Accounting {
                 vdif_seconds: 0,
                 frames_per_second: self.frames_per_second(),
                 counts: Counts::default(),
+                first_seen: f64::INFINITY,
+                last_seen: 0.0,
                 threads: Vec::new(),
             };
             let mut keep = VecDeque::with_capacity(self.closed.len());
@@ -639,12 +664,19 @@ impl Accounting {
                         row.vdif_seconds = vsec;
                     }
                     row.counts.add(&ts.counts);
+                    if ts.counts.received + ts.counts.ring_overflow > 0 {
+                        row.first_seen = row.first_seen.min(ts.first_seen);
+                        row.last_seen = row.last_seen.max(ts.last_seen);
+                    }
                     row.threads.push(ts);
                 } else {
                     keep.push_back((s, ts, epoch, vsec));
                 }
             }
             self.closed = keep;
+            if !row.first_seen.is_finite() {
+                row.first_seen = 0.0;
+            }
             row.threads.sort_by_key(|t| t.thread);
             self.rows.push_back(row);
         }

@@ -123,13 +123,20 @@ impl StreamFormat {
     /// Classifies exactly one frame's bytes (the caller has stripped any offset).
     #[inline]
     pub fn classify(&self, frame: &[u8]) -> Result<Header, Malformed> {
-        if frame.len() < self.frame_size {
+        self.classify_parts(frame.len(), frame)
+    }
+
+    /// Classifies a frame of `len` bytes whose header is at the start of `header` (which may
+    /// be a byte-swapped copy, for senders that write big-endian headers).
+    #[inline]
+    pub fn classify_parts(&self, len: usize, header: &[u8]) -> Result<Header, Malformed> {
+        if len < self.frame_size {
             return Err(Malformed::TooShort);
         }
-        if frame.len() > self.frame_size {
+        if len > self.frame_size {
             return Err(Malformed::TooLong);
         }
-        let h = Header::parse_unchecked(frame).map_err(|_| Malformed::TooShort)?;
+        let h = Header::parse_unchecked(header).map_err(|_| Malformed::TooShort)?;
         self.check_header(&h)?;
         Ok(h)
     }
@@ -158,11 +165,26 @@ impl StreamFormat {
     }
 }
 
+/// The first 32 bytes of `frame` with every 32-bit word byte-swapped (big-endian headers).
+pub fn swapped_header(frame: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    let n = frame.len().min(32) / 4 * 4;
+    for (dst, src) in out[..n].chunks_exact_mut(4).zip(frame[..n].chunks_exact(4)) {
+        dst.copy_from_slice(&[src[3], src[2], src[1], src[0]]);
+    }
+    out
+}
+
 /// Learns a stream's layout from a datagram that may be its first frame: a header whose frame
 /// length matches the datagram length and that validates.
 pub fn learn_format(frame: &[u8]) -> Option<StreamFormat> {
-    let h = Header::parse_unchecked(frame).ok()?;
-    if h.frame_size() != frame.len() || h.frame_size() <= h.header_size() {
+    learn_format_parts(frame.len(), frame)
+}
+
+/// `learn_format` for a frame of `len` bytes whose header is at the start of `header`.
+pub fn learn_format_parts(len: usize, header: &[u8]) -> Option<StreamFormat> {
+    let h = Header::parse_unchecked(header).ok()?;
+    if h.frame_size() != len || h.frame_size() <= h.header_size() {
         return None;
     }
     // A sender may leave junk in the unused words of EDV 0; everything else must validate.
@@ -217,5 +239,16 @@ mod tests {
             Err(Malformed::BadFrameLength)
         );
         assert!(learn_format(&good[..8216]).is_none());
+    }
+
+    #[test]
+    fn big_endian_headers_classify_after_swapping() {
+        let good = frame(Some(0), 8224, 4, 2);
+        let mut be = good.clone();
+        let swapped = swapped_header(&good);
+        be[..32].copy_from_slice(&swapped);
+        assert!(learn_format(&be).is_none());
+        let fmt = learn_format_parts(be.len(), &swapped_header(&be)).unwrap();
+        assert!(fmt.classify_parts(be.len(), &swapped_header(&be)).is_ok());
     }
 }

@@ -13,6 +13,7 @@ pub mod generate;
 pub mod recorder;
 pub mod ring;
 pub mod sender;
+pub mod spectrum;
 pub mod stats;
 pub mod units;
 pub mod vdif;

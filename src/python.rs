@@ -406,8 +406,59 @@ impl FileReader {
         let slice = rw
             .as_slice_mut()
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        py.detach(|| self.file.read(start, count, slice))
+        py.detach(|| self.file.read_parallel(start, count, slice))
             .map_err(file_err)
+    }
+
+    /// Spectra of every input from sample `start`: (power (inputs, nfft), segments).
+    #[pyo3(signature = (nfft, start=0, nint=None))]
+    fn spectrum<'py>(
+        &self,
+        py: Python<'py>,
+        nfft: usize,
+        start: usize,
+        nint: Option<u64>,
+    ) -> PyResult<(Bound<'py, PyArray2<f64>>, u64)> {
+        let info = self.file.info();
+        let layout = layout_of(&info.header0)?;
+        let inputs = info.thread_ids.len() * layout.nchan;
+        let mut acc = crate::spectrum::SpectrumAccumulator::new(nfft, inputs, layout.complex)
+            .map_err(spectrum_err)?;
+        let segments = py.detach(|| acc.add_frames(&self.file, &layout, start, nint));
+        Ok((power_array(py, &acc, inputs, nfft)?, segments))
+    }
+
+    /// Fringe between input `ia` of this file and input `ib` of `other` (or of this file).
+    #[pyo3(signature = (other, ia, ib, nfft, start=0, nint=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn cross<'py>(
+        &self,
+        py: Python<'py>,
+        other: Option<PyRef<'py, FileReader>>,
+        ia: usize,
+        ib: usize,
+        nfft: usize,
+        start: usize,
+        nint: Option<u64>,
+    ) -> PyResult<FringeTuple<'py>> {
+        let la = layout_of(&self.file.info().header0)?;
+        let lb = other
+            .as_ref()
+            .map(|o| layout_of(&o.file.info().header0))
+            .transpose()?;
+        let mut acc =
+            crate::spectrum::CrossAccumulator::new(nfft, la.complex).map_err(spectrum_err)?;
+        let other_file = other.as_ref().map(|o| &o.file);
+        let f = py
+            .detach(|| {
+                let b = other_file
+                    .zip(lb.as_ref())
+                    .map(|(f, l)| (f as &dyn crate::spectrum::FrameSource, l, ib));
+                acc.add_frames((&self.file, &la, ia), b, ib, start, nint);
+                acc.fringe()
+            })
+            .map_err(spectrum_err)?;
+        fringe_tuple(py, f)
     }
 
     /// The file's whole frames as a read-only (n_frames, frame_size) uint8 array over the
@@ -629,7 +680,7 @@ impl PyRecorder {
         prefix="vdifrec", ring=1073741824, frame_size=None, offset=0, psn=false, fps=None,
         file_size=None, capture_cpu=None, writer_cpu=None, direct=true, rcvbuf=268435456,
         huge_pages=true, mlock=true, max_frames=None, backend="udp", throttle=None,
-        disk_limit=None))]
+        disk_limit=None, big_endian=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         port: u16,
@@ -654,6 +705,7 @@ impl PyRecorder {
         backend: &str,
         throttle: Option<u64>,
         disk_limit: Option<u64>,
+        big_endian: bool,
     ) -> PyResult<Self> {
         let target = match (path, directory) {
             (Some(_), Some(_)) => {
@@ -698,6 +750,7 @@ impl PyRecorder {
             backend,
             throttle,
             disk_limit,
+            big_endian,
         };
         Ok(PyRecorder {
             config,
@@ -775,6 +828,100 @@ impl PyRecorder {
     #[getter]
     fn running(&self) -> bool {
         self.inner.lock().unwrap().is_some()
+    }
+
+    /// Pins the newest `n` frames and returns (owner, first frame number); the owner's
+    /// `array()` is the zero-copy view.
+    fn pin_latest(&self, n: u64) -> PyResult<(RingView, u64)> {
+        let ring = self.ring()?;
+        let (idx, first) = ring.pin_latest(n).map_err(ring_err)?;
+        Ok((RingView::new(ring, idx, first, n), first))
+    }
+
+    /// Pins frames `first..first + n` (numbered from 0 in arrival order since the start).
+    fn pin_frames(&self, first: u64, n: u64) -> PyResult<RingView> {
+        let ring = self.ring()?;
+        let idx = ring.pin(first, n).map_err(ring_err)?;
+        Ok(RingView::new(ring, idx, first, n))
+    }
+}
+
+impl PyRecorder {
+    fn ring(&self) -> PyResult<Arc<crate::ring::Ring>> {
+        let shared = self.shared.lock().unwrap().clone().ok_or_else(|| {
+            RecorderError::new_err("the recorder has not been started: call start() first")
+        })?;
+        shared.ring().ok_or_else(|| {
+            RecorderError::new_err("no frame has arrived yet, so the ring holds nothing to view")
+        })
+    }
+}
+
+fn ring_err(e: crate::ring::RingError) -> PyErr {
+    use crate::ring::RingError;
+    match e {
+        RingError::NotInRing { .. } | RingError::ViewTooLarge { .. } => {
+            pyo3::exceptions::PyIndexError::new_err(e.to_string())
+        }
+        _ => RecorderError::new_err(e.to_string()),
+    }
+}
+
+/// Owner of a zero-copy view of ring frames: keeps the ring mapped and the frames pinned
+/// (the capture will not overwrite them) until released or garbage-collected.
+#[pyclass(module = "vdifrec._core", frozen)]
+pub struct RingView {
+    ring: Arc<crate::ring::Ring>,
+    pin: Mutex<Option<usize>>,
+    #[pyo3(get)]
+    first: u64,
+    #[pyo3(get)]
+    count: u64,
+}
+
+impl RingView {
+    fn new(ring: Arc<crate::ring::Ring>, pin: usize, first: u64, count: u64) -> RingView {
+        RingView {
+            ring,
+            pin: Mutex::new(Some(pin)),
+            first,
+            count,
+        }
+    }
+}
+
+#[pymethods]
+impl RingView {
+    /// The frames as a read-only (count, frame_size) uint8 array whose memory is the ring;
+    /// the array keeps this owner (and so the pin and the ring) alive.
+    fn array<'py>(slf: Bound<'py, Self>) -> Bound<'py, PyArray2<u8>> {
+        let v = slf.get();
+        // SAFETY: pinned frames are published and not overwritten while the pin holds; the
+        // mapping lives as long as the Arc<Ring> this owner keeps. Frames up to nslots are
+        // contiguous through the mirrored mapping.
+        let ptr = v.ring.slot_ptr(v.first);
+        let (rows, cols) = (v.count as usize, v.ring.frame_size());
+        unsafe { readonly_view(ptr, rows, cols, slf.into_any()) }
+    }
+
+    /// Lets the capture reuse these frames' slots now (the array then may change).
+    fn release(&self) {
+        if let Some(idx) = self.pin.lock().unwrap().take() {
+            self.ring.unpin(idx);
+        }
+    }
+
+    #[getter]
+    fn pinned(&self) -> bool {
+        self.pin.lock().unwrap().is_some()
+    }
+}
+
+impl Drop for RingView {
+    fn drop(&mut self) {
+        if let Some(idx) = self.pin.lock().unwrap().take() {
+            self.ring.unpin(idx);
+        }
     }
 }
 
@@ -949,6 +1096,294 @@ fn writer_throughput(
     to_json(&r)
 }
 
+fn spectrum_err(e: crate::spectrum::SpectrumError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn flat<'a>(a: &'a numpy::PyReadonlyArray1<'_, f32>) -> PyResult<&'a [f32]> {
+    a.as_slice()
+        .map_err(|_| PyValueError::new_err("samples must be a C-contiguous float32 array"))
+}
+
+/// Averaged power spectra (wrapped by `vdifrec.spectrum`).
+#[pyclass(module = "vdifrec._core", name = "SpectrumAccumulator")]
+pub struct PySpectrumAccumulator {
+    inner: crate::spectrum::SpectrumAccumulator,
+    inputs: usize,
+    nfft: usize,
+}
+
+#[pymethods]
+impl PySpectrumAccumulator {
+    #[new]
+    fn new(nfft: usize, inputs: usize, complex: bool) -> PyResult<Self> {
+        let inner = crate::spectrum::SpectrumAccumulator::new(nfft, inputs, complex)
+            .map_err(spectrum_err)?;
+        Ok(PySpectrumAccumulator {
+            inner,
+            inputs,
+            nfft,
+        })
+    }
+
+    #[getter]
+    fn segment_len(&self) -> usize {
+        self.inner.segment_len()
+    }
+
+    #[getter]
+    fn segments(&self) -> u64 {
+        self.inner.segments()
+    }
+
+    /// Adds the whole FFT segments among `n_samples` samples of `x` (flat float32, layout
+    /// time, input, value); returns the samples used.
+    #[pyo3(signature = (x, n_samples, max_segments=None))]
+    fn add(
+        &mut self,
+        py: Python<'_>,
+        x: numpy::PyReadonlyArray1<'_, f32>,
+        n_samples: usize,
+        max_segments: Option<u64>,
+    ) -> PyResult<usize> {
+        let data = flat(&x)?;
+        let inner = &mut self.inner;
+        Ok(py.detach(|| inner.add(data, n_samples, max_segments)))
+    }
+
+    /// Mean power, shape (inputs, nfft), ascending frequency.
+    fn power<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f64>>> {
+        let p = self.inner.power();
+        let arr = numpy::ndarray::Array2::from_shape_vec((self.inputs, self.nfft), p)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(numpy::IntoPyArray::into_pyarray(arr, py))
+    }
+}
+
+/// Cross-correlation of two streams (wrapped by `vdifrec.fringe`).
+#[pyclass(module = "vdifrec._core", name = "CrossAccumulator")]
+pub struct PyCrossAccumulator {
+    inner: crate::spectrum::CrossAccumulator,
+}
+
+#[pymethods]
+impl PyCrossAccumulator {
+    #[new]
+    fn new(nfft: usize, complex: bool) -> PyResult<Self> {
+        Ok(PyCrossAccumulator {
+            inner: crate::spectrum::CrossAccumulator::new(nfft, complex).map_err(spectrum_err)?,
+        })
+    }
+
+    #[getter]
+    fn segment_len(&self) -> usize {
+        self.inner.segment_len()
+    }
+
+    /// Adds whole segments: sample n of a at a[a_off + n*a_row] (re, im for complex); b alike.
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        py: Python<'_>,
+        a: numpy::PyReadonlyArray1<'_, f32>,
+        a_off: usize,
+        a_row: usize,
+        b: numpy::PyReadonlyArray1<'_, f32>,
+        b_off: usize,
+        b_row: usize,
+        n_samples: usize,
+    ) -> PyResult<usize> {
+        let (a, b) = (flat(&a)?, flat(&b)?);
+        let inner = &mut self.inner;
+        Ok(py.detach(|| inner.add(a, a_off, a_row, b, b_off, b_row, n_samples)))
+    }
+
+    /// (delay_samples, amplitude, phase, snr, lags, lag_amplitude, cross_spectrum re/im (n, 2), segments)
+    fn fringe<'py>(&self, py: Python<'py>) -> PyResult<FringeTuple<'py>> {
+        let inner = &self.inner;
+        let f = py.detach(|| inner.fringe()).map_err(spectrum_err)?;
+        fringe_tuple(py, f)
+    }
+}
+
+type FringeTuple<'py> = (
+    i64,
+    f64,
+    f64,
+    f64,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray2<f64>>,
+    u64,
+);
+
+fn fringe_tuple(py: Python<'_>, f: crate::spectrum::Fringe) -> PyResult<FringeTuple<'_>> {
+    let cross: Vec<f64> = f
+        .cross_spectrum
+        .iter()
+        .flat_map(|(r, i)| [*r, *i])
+        .collect();
+    let n = f.cross_spectrum.len();
+    let cross = numpy::ndarray::Array2::from_shape_vec((n, 2), cross)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok((
+        f.delay_samples,
+        f.amplitude,
+        f.phase,
+        f.snr,
+        PyArray1::from_vec(py, f.lags),
+        PyArray1::from_vec(py, f.lag_amplitude),
+        numpy::IntoPyArray::into_pyarray(cross, py),
+        f.segments,
+    ))
+}
+
+fn layout_of(h: &CoreHeader) -> PyResult<crate::spectrum::FrameLayout> {
+    crate::spectrum::FrameLayout::new(
+        h.samples_per_frame(),
+        h.nchan() as usize,
+        h.bits(),
+        h.is_complex(),
+    )
+    .map_err(decode_err)
+}
+
+fn power_array<'py>(
+    py: Python<'py>,
+    acc: &crate::spectrum::SpectrumAccumulator,
+    inputs: usize,
+    nfft: usize,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let arr = numpy::ndarray::Array2::from_shape_vec((inputs, nfft), acc.power())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(numpy::IntoPyArray::into_pyarray(arr, py))
+}
+
+/// Groups rows of whole frames by thread: the frame source, the thread ids and the header.
+fn frame_rows<'a>(
+    rows: &'a [&'a [u8]],
+) -> PyResult<(crate::spectrum::FrameRows<'a>, Vec<u32>, CoreHeader)> {
+    let first = rows
+        .first()
+        .ok_or_else(|| PyValueError::new_err("frames is empty: nothing to analyse"))?;
+    let h = CoreHeader::parse_unchecked(first).map_err(header_err)?;
+    let (src, ids) = crate::spectrum::FrameRows::new(rows, h.header_size());
+    Ok((src, ids, h))
+}
+
+fn rows_of<'a>(frames: &'a PyReadonlyArray2<'_, u8>) -> PyResult<Vec<&'a [u8]>> {
+    use numpy::PyUntypedArrayMethods;
+    let fs = frames.shape()[1].max(1);
+    let data = frames.as_slice().map_err(|_| {
+        PyValueError::new_err("frames must be a C-contiguous (n, frame_size) array")
+    })?;
+    Ok(data.chunks_exact(fs).collect())
+}
+
+/// Spectra of whole frames (a live view): (power (inputs, nfft), segments, thread ids).
+#[pyfunction]
+#[pyo3(signature = (frames, nfft, nint=None))]
+fn spectrum_frames<'py>(
+    py: Python<'py>,
+    frames: PyReadonlyArray2<'_, u8>,
+    nfft: usize,
+    nint: Option<u64>,
+) -> PyResult<(Bound<'py, PyArray2<f64>>, u64, Vec<u32>)> {
+    let rows = rows_of(&frames)?;
+    let (src, ids, h) = frame_rows(&rows)?;
+    let layout = layout_of(&h)?;
+    let inputs = ids.len() * layout.nchan;
+    let mut acc = crate::spectrum::SpectrumAccumulator::new(nfft, inputs, layout.complex)
+        .map_err(spectrum_err)?;
+    let segments = py.detach(|| acc.add_frames(&src, &layout, 0, nint));
+    Ok((power_array(py, &acc, inputs, nfft)?, segments, ids))
+}
+
+/// Fringe between input `ia` of frames `a` and input `ib` of `b` (or of `a` when b is None).
+#[pyfunction]
+#[pyo3(signature = (a, b, ia, ib, nfft, nint=None))]
+fn cross_frames<'py>(
+    py: Python<'py>,
+    a: PyReadonlyArray2<'_, u8>,
+    b: Option<PyReadonlyArray2<'_, u8>>,
+    ia: usize,
+    ib: usize,
+    nfft: usize,
+    nint: Option<u64>,
+) -> PyResult<FringeTuple<'py>> {
+    let rows_a = rows_of(&a)?;
+    let (src_a, _, ha) = frame_rows(&rows_a)?;
+    let la = layout_of(&ha)?;
+    let rows_b = b.as_ref().map(rows_of).transpose()?;
+    let parsed_b = rows_b.as_deref().map(frame_rows).transpose()?;
+    let lb = parsed_b
+        .as_ref()
+        .map(|(_, _, h)| layout_of(h))
+        .transpose()?;
+    let mut acc = crate::spectrum::CrossAccumulator::new(nfft, la.complex).map_err(spectrum_err)?;
+    let f = py
+        .detach(|| {
+            let other = parsed_b
+                .as_ref()
+                .zip(lb.as_ref())
+                .map(|((src, _, _), l)| (src as &dyn crate::spectrum::FrameSource, l, ib));
+            acc.add_frames((&src_a, &la, ia), other, ib, 0, nint);
+            acc.fringe()
+        })
+        .map_err(spectrum_err)?;
+    fringe_tuple(py, f)
+}
+
+/// Tones in one spectrum: [(channel (fractional), power over the median)], strongest first.
+#[pyfunction]
+fn find_tones(
+    power: numpy::PyReadonlyArray1<'_, f64>,
+    threshold: f64,
+) -> PyResult<Vec<(f64, f64)>> {
+    let p = power
+        .as_slice()
+        .map_err(|_| PyValueError::new_err("power must be a contiguous float64 array"))?;
+    Ok(crate::spectrum::find_tones(p, threshold)
+        .into_iter()
+        .map(|t| (t.channel, t.power_ratio))
+        .collect())
+}
+
+/// State counts (nchan, 2^bits) of the payloads of `frames` (one thread's rows).
+#[pyfunction]
+fn bit_states<'py>(
+    py: Python<'py>,
+    frames: PyReadonlyArray2<'_, u8>,
+    header_size: usize,
+    bits: u32,
+    nchan: usize,
+    complex: bool,
+) -> PyResult<Bound<'py, PyArray2<u64>>> {
+    if !matches!(bits, 1 | 2 | 4 | 8) {
+        return Err(decode_err(DecodeError::UnsupportedBits(bits)));
+    }
+    let view = frames.as_array();
+    let fs = view.shape()[1];
+    if fs <= header_size {
+        return Err(PyValueError::new_err(
+            "frames are not longer than their header",
+        ));
+    }
+    let rows: Vec<&[u8]> = view
+        .rows()
+        .into_iter()
+        .map(|r| {
+            r.to_slice()
+                .map(|s| &s[header_size..])
+                .ok_or_else(|| PyValueError::new_err("frames must be C-contiguous rows"))
+        })
+        .collect::<PyResult<_>>()?;
+    let counts = py.detach(|| crate::spectrum::bit_states(&rows, bits, nchan, complex));
+    let arr = numpy::ndarray::Array2::from_shape_vec((nchan, 1usize << bits), counts)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(numpy::IntoPyArray::into_pyarray(arr, py))
+}
+
 /// Parses a byte size such as "8GiB"; `name` names the argument in the error.
 #[pyfunction]
 fn parse_size_arg(name: &str, text: &str) -> PyResult<u64> {
@@ -988,6 +1423,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRecorder>()?;
     m.add_class::<PySender>()?;
     m.add_class::<DiscardReceiver>()?;
+    m.add_class::<RingView>()?;
+    m.add_class::<PySpectrumAccumulator>()?;
+    m.add_class::<PyCrossAccumulator>()?;
+    m.add_function(wrap_pyfunction!(find_tones, m)?)?;
+    m.add_function(wrap_pyfunction!(spectrum_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(cross_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(bit_states, m)?)?;
     m.add_function(wrap_pyfunction!(writer_throughput, m)?)?;
     m.add("RecorderError", py.get_type::<RecorderError>())?;
     m.add("PortInUseError", py.get_type::<PortInUseError>())?;

@@ -74,6 +74,8 @@ pub struct RecorderConfig {
     /// Test aids for a slow or full disk (see WriterConfig).
     pub throttle: Option<u64>,
     pub disk_limit: Option<u64>,
+    /// Headers arrive big-endian (each 32-bit word byte-swapped), as some senders write them.
+    pub big_endian: bool,
 }
 
 impl Default for RecorderConfig {
@@ -100,6 +102,7 @@ impl Default for RecorderConfig {
             backend: BackendKind::Udp,
             throttle: None,
             disk_limit: None,
+            big_endian: false,
         }
     }
 }
@@ -408,6 +411,7 @@ impl Recorder {
             try_mlock: config.mlock,
             has_writer: config.target.is_some(),
             cpu: config.capture_cpu,
+            big_endian: config.big_endian,
         };
         let capture = std::thread::Builder::new()
             .name("vdifrec-capture".into())

@@ -248,6 +248,8 @@ impl Drop for Sender {
 
 struct Job {
     cfg: SendConfig,
+    /// When to send the first frame (the start of its VDIF second), if it is to wait.
+    start_at: Option<Instant>,
     socket: Socket,
     source: Source,
     total: u64,
@@ -256,8 +258,18 @@ struct Job {
 }
 
 impl Job {
-    fn prepare(cfg: SendConfig) -> Result<Job, SendError> {
+    fn prepare(mut cfg: SendConfig) -> Result<Job, SendError> {
         let bad = |name, why: String| SendError::BadArgument { name, why };
+        // Like a real source, start at a whole second of the clock: the next one.
+        let mut start_at = None;
+        if cfg.spec.start.is_none() && cfg.file.is_none() {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let next = now.as_secs() + 1;
+            cfg.spec.start = Some(crate::vdif::time::epoch_and_seconds(next as i64));
+            start_at = Some(Instant::now() + (Duration::from_secs(next) - now));
+        }
         if cfg.pool == 0 {
             return Err(bad(
                 "pool",
@@ -365,6 +377,7 @@ impl Job {
         };
         Ok(Job {
             cfg,
+            start_at,
             socket,
             source,
             total,
@@ -412,6 +425,11 @@ impl Job {
         let mut headers = vec![[0u8; 32]; SEND_BATCH + 2];
         let mut psns = vec![[0u8; 8]; SEND_BATCH + 2];
         let mut garbage_buf = vec![0u8; 9000];
+        if let Some(t) = self.start_at {
+            while Instant::now() < t && !stop.load(Ordering::Acquire) {
+                std::thread::sleep((t - Instant::now()).min(Duration::from_millis(20)));
+            }
+        }
         let started = Instant::now();
         let mut j: u64 = 0; // position in the sequence
         let mut pending_swap: Option<u64> = None;

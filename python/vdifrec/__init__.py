@@ -16,6 +16,7 @@ from . import _core
 from ._core import FormatError, Header, HeaderError, OutputError, PortInUseError, RecorderError, SenderError
 from .files import check, generate
 from .reader import Reader, decode, open
+from .quality import BitStats, Fringe, Spectrum, Tone, bstate, find_tones, fringe, spectrum
 from .recorder import Recorder, Sender, send
 from .reports import FileRecord, SecondRow, Stats, Summary, ThreadSecond
 
@@ -33,7 +34,9 @@ if _core.build_profile() == "debug":
     )
 
 __all__ = [
+    "BitStats",
     "FileRecord",
+    "Fringe",
     "FormatError",
     "Header",
     "HeaderError",
@@ -46,13 +49,19 @@ __all__ = [
     "SecondRow",
     "Sender",
     "SenderError",
+    "Spectrum",
     "Stats",
     "Summary",
     "ThreadSecond",
+    "Tone",
     "__version__",
+    "bstate",
     "check",
     "decode",
+    "find_tones",
+    "fringe",
     "generate",
     "open",
     "send",
+    "spectrum",
 ]

@@ -7,6 +7,8 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "DiscardReceiver",
+    "CrossAccumulator",
     "FileReader",
     "FormatError",
     "Header",
@@ -14,17 +16,24 @@ __all__ = [
     "OutputError",
     "PortInUseError",
     "Recorder",
+    "RingView",
     "RecorderError",
     "Sender",
     "SenderError",
+    "SpectrumAccumulator",
     "TWO_BIT_THRESHOLD_SIGMA",
+    "bit_states",
     "build_profile",
     "check",
+    "cross_frames",
     "decode_payloads",
+    "find_tones",
     "generate",
     "parse_size_arg",
     "plain_lut_decode",
+    "spectrum_frames",
     "two_bit_state_fractions",
+    "writer_throughput",
     "__version__",
 ]
 
@@ -78,6 +87,7 @@ class Recorder:
         backend: str = "udp",
         throttle: int | None = None,
         disk_limit: int | None = None,
+        big_endian: bool = False,
     ) -> Recorder: ...
     def start(self) -> tuple[str, int]:
         """Binds, allocates the ring, starts the threads; the bound (host, port)."""
@@ -91,6 +101,94 @@ class Recorder:
     def notes(self) -> list[str]: ...
     @property
     def running(self) -> bool: ...
+    def pin_latest(self, n: int) -> tuple[RingView, int]:
+        """Pins the newest ``n`` frames: (owner, first frame number)."""
+    def pin_frames(self, first: int, n: int) -> RingView:
+        """Pins frames ``first .. first + n - 1``; IndexError if no longer in the ring."""
+
+@final
+class RingView:
+    """Owner of pinned ring frames; ``array()`` is the zero-copy view."""
+
+    @property
+    def first(self) -> int: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def pinned(self) -> bool: ...
+    def array(self) -> npt.NDArray[np.uint8]: ...
+    def release(self) -> None: ...
+
+@final
+class DiscardReceiver:
+    """Benchmark baseline: a plain recvmmsg-and-discard loop."""
+
+    def __new__(cls, bind: str = "127.0.0.1", port: int = 0, rcvbuf: int = 268435456) -> DiscardReceiver: ...
+    @property
+    def port(self) -> int: ...
+    def received(self) -> int: ...
+    def stop(self) -> str: ...
+
+@final
+class SpectrumAccumulator:
+    """Averaged power spectra of every input (wrapped by ``vdifrec.spectrum``)."""
+
+    def __new__(cls, nfft: int, inputs: int, complex: bool) -> SpectrumAccumulator: ...
+    @property
+    def segment_len(self) -> int: ...
+    @property
+    def segments(self) -> int: ...
+    def add(self, x: npt.NDArray[np.float32], n_samples: int, max_segments: int | None = None) -> int: ...
+    def power(self) -> npt.NDArray[np.float64]: ...
+
+@final
+class CrossAccumulator:
+    """Cross-correlation of two streams (wrapped by ``vdifrec.fringe``)."""
+
+    def __new__(cls, nfft: int, complex: bool) -> CrossAccumulator: ...
+    @property
+    def segment_len(self) -> int: ...
+    def add(
+        self,
+        a: npt.NDArray[np.float32],
+        a_off: int,
+        a_row: int,
+        b: npt.NDArray[np.float32],
+        b_off: int,
+        b_row: int,
+        n_samples: int,
+    ) -> int: ...
+    def fringe(
+        self,
+    ) -> tuple[
+        int,
+        float,
+        float,
+        float,
+        npt.NDArray[np.int64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        int,
+    ]: ...
+
+_Fringe = tuple[
+    int, float, float, float, npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64], int
+]
+
+def find_tones(power: npt.NDArray[np.float64], threshold: float) -> list[tuple[float, float]]: ...
+def spectrum_frames(
+    frames: npt.NDArray[np.uint8], nfft: int, nint: int | None = None
+) -> tuple[npt.NDArray[np.float64], int, list[int]]:
+    """Spectra of whole frames: (power (inputs, nfft), FFTs averaged, thread ids)."""
+def cross_frames(
+    a: npt.NDArray[np.uint8], b: npt.NDArray[np.uint8] | None, ia: int, ib: int, nfft: int, nint: int | None = None
+) -> _Fringe:
+    """Fringe between input ``ia`` of frames ``a`` and input ``ib`` of ``b`` (or of ``a``)."""
+def bit_states(
+    frames: npt.NDArray[np.uint8], header_size: int, bits: int, nchan: int, complex: bool
+) -> npt.NDArray[np.uint64]: ...
+def writer_throughput(directory: str | PathLike[str], total_bytes: int, frame_size: int = 8224, direct: bool = True) -> str:
+    """Benchmark probe: the writer alone, fed from memory (JSON)."""
 
 @final
 class Sender:
@@ -237,6 +335,10 @@ class FileReader:
     @property
     def values_per_sample(self) -> int: ...
     def read_into(self, start: int, count: int, out: npt.NDArray[np.float32]) -> None: ...
+    def spectrum(self, nfft: int, start: int = 0, nint: int | None = None) -> tuple[npt.NDArray[np.float64], int]: ...
+    def cross(
+        self, other: FileReader | None, ia: int, ib: int, nfft: int, start: int = 0, nint: int | None = None
+    ) -> tuple[int, float, float, float, npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64], int]: ...
     def frames(self) -> npt.NDArray[np.uint8]: ...
 
 def decode_payloads(

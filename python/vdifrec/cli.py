@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _cli_record, _core
+from . import _cli_monitor, _cli_quality, _cli_record, _core
 from .files import check, generate
 
 __all__ = ["main"]
@@ -224,6 +224,8 @@ _COMMANDS: list[Callable[[Any], None]] = [
     _add_info,
     _cli_record.add_record,
     _cli_record.add_send,
+    _cli_monitor.add_monitor,
+    _cli_quality.add_quality,
     _cli_record.add_demo,
 ]
 

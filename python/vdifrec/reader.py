@@ -13,7 +13,7 @@ import numpy.typing as npt
 from . import _core
 from ._units import to_hz
 
-__all__ = ["Reader", "open", "decode"]
+__all__ = ["FrameSets", "Reader", "open", "decode"]
 
 
 def _utc(seconds: int, fraction: float) -> _dt.datetime:
@@ -232,6 +232,49 @@ _THREAD_MASK = np.uint32(0x3FF)
 _INVALID_BIT = np.uint32(1 << 31)
 
 
+class FrameSets:
+    """Whole frames (rows of a uint8 array) grouped by thread, decodable a few frame sets at a
+    time: the k-th frame of each thread, in the order given, makes frame set k."""
+
+    def __init__(self, frames: npt.NDArray[np.uint8]) -> None:
+        frames = np.asarray(frames)
+        if frames.ndim != 2 or frames.dtype != np.uint8:
+            raise ValueError(
+                f"frames must be a 2-d uint8 array (n_frames, frame_size), got {frames.dtype} {frames.shape}"
+            )
+        if frames.shape[0] == 0:
+            raise ValueError("frames is empty: nothing to decode")
+        self.header = _core.Header.from_bytes(bytes(frames[0, :32]), verify=False)
+        if self.header.frame_size != frames.shape[1]:
+            raise ValueError(f"frames are {frames.shape[1]} bytes but their header says {self.header.frame_size}")
+        self.frames = frames
+        words = np.ascontiguousarray(frames[:, :16]).view("<u4")
+        thread = (words[:, 3] >> _THREAD_SHIFT) & _THREAD_MASK
+        self.invalid = (words[:, 0] & _INVALID_BIT) != 0
+        self.thread_ids: list[int] = [int(t) for t in np.unique(thread)]
+        self.rows = [np.flatnonzero(thread == t) for t in self.thread_ids]
+        self.n_sets = min(len(r) for r in self.rows)
+        self.samples_per_frame = self.header.samples_per_frame
+        self.nchan = self.header.nchan
+        self.complex = self.header.complex
+
+    def decode(self, first: int = 0, count: int | None = None) -> npt.NDArray[Any]:
+        """Samples of frame sets ``first .. first + count - 1``, shaped (time, thread, channel)."""
+        count = self.n_sets - first if count is None else count
+        h = self.header
+        spf = self.samples_per_frame
+        values = h.nchan * (2 if h.complex else 1)
+        out = np.zeros((count * spf, len(self.thread_ids), values), dtype=np.float32)
+        buf = np.empty(count * spf * values, dtype=np.float32)
+        for col, rows in enumerate(self.rows):
+            idx = rows[first : first + count]
+            _core.decode_payloads(np.ascontiguousarray(self.frames[idx]), h.header_size, h.bits, buf)
+            block = buf.reshape(count, spf, values)
+            block[self.invalid[idx]] = 0.0
+            out[:, col, :] = block.reshape(count * spf, values)
+        return out.view(np.complex64) if h.complex else out
+
+
 def decode(frames: npt.NDArray[np.uint8], squeeze: bool = True) -> npt.NDArray[Any]:
     """Decodes whole frames (rows of a ``(n, frame_size)`` uint8 array) into samples.
 
@@ -239,31 +282,7 @@ def decode(frames: npt.NDArray[np.uint8], squeeze: bool = True) -> npt.NDArray[A
     lengths of one squeezed away, invalid frames as zeros. Frames of each thread are taken in
     the order given; every thread contributes as many frames as the one with fewest.
     """
-    frames = np.asarray(frames)
-    if frames.ndim != 2 or frames.dtype != np.uint8:
-        raise ValueError(f"frames must be a 2-d uint8 array (n_frames, frame_size), got {frames.dtype} {frames.shape}")
-    if frames.shape[0] == 0:
-        raise ValueError("frames is empty: nothing to decode")
-    h = _core.Header.from_bytes(bytes(frames[0, :32]), verify=False)
-    if h.frame_size != frames.shape[1]:
-        raise ValueError(f"frames are {frames.shape[1]} bytes but their header says {h.frame_size}")
-    frames = np.ascontiguousarray(frames)
-    words = frames[:, :16].view("<u4")
-    thread = (words[:, 3] >> _THREAD_SHIFT) & _THREAD_MASK
-    invalid = (words[:, 0] & _INVALID_BIT) != 0
-    ids = np.unique(thread)
-    per_thread = min(int(np.count_nonzero(thread == t)) for t in ids)
-    spf = h.samples_per_frame
-    values = h.nchan * (2 if h.complex else 1)
-    out = np.zeros((per_thread * spf, len(ids), values), dtype=np.float32)
-    buf = np.empty(per_thread * spf * values, dtype=np.float32)
-    for col, t in enumerate(ids):
-        idx = np.flatnonzero(thread == t)[:per_thread]
-        _core.decode_payloads(frames[idx], h.header_size, h.bits, buf)
-        block = buf.reshape(per_thread, spf, values)
-        block[invalid[idx]] = 0.0
-        out[:, col, :] = block.reshape(per_thread * spf, values)
-    result = out.view(np.complex64) if h.complex else out
+    result = FrameSets(frames).decode()
     if squeeze:
         shape = (result.shape[0],) + tuple(d for d in result.shape[1:] if d != 1)
         result = result.reshape(shape)

@@ -6,8 +6,12 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from . import _core
 from ._units import size, to_bytes
@@ -89,6 +93,19 @@ class Recorder:
         the notes say so).
     max_frames : int, optional
         Stop capturing after this many frames.
+    big_endian : bool
+        The sender writes headers with each 32-bit word byte-swapped (recorded as received).
+
+    Zero-copy views
+    ---------------
+    ``latest(n)``, ``frames(first, n)`` and ``with view(n) as frames:`` return read-only
+    ``(n, frame_size)`` uint8 arrays whose memory is the ring itself: nothing is copied, two
+    overlapping views share memory, and a view stays valid after the Recorder is gone. A view
+    *pins* its frames: the capture will not overwrite them (it drops new frames and counts ring
+    overflows instead) until the view is released: at the end of the ``with`` block, or when the
+    array is garbage-collected. The ring is mapped twice back to back, so a view across the
+    ring's end is still one contiguous array. Frames are numbered from 0 in arrival order since
+    ``start()``; ``stats().frames_received`` is the next number.
     """
 
     def __init__(
@@ -116,6 +133,7 @@ class Recorder:
         max_frames: int | None = None,
         throttle: int | str | None = None,
         disk_limit: int | str | None = None,
+        big_endian: bool = False,
     ) -> None:
         _check_int("port", port, 0, 65535)
         _check_int("frame_size", frame_size, 1)
@@ -149,6 +167,7 @@ class Recorder:
             backend=backend,
             throttle=to_bytes(throttle, "throttle"),
             disk_limit=to_bytes(disk_limit, "disk_limit"),
+            big_endian=big_endian,
         )
         self.address: tuple[str, int] | None = None
         self._rows_seen = 0
@@ -229,6 +248,33 @@ class Recorder:
                 return
             elif timeout is not None and time.monotonic() - last >= timeout:
                 return
+
+    # -- zero-copy views ---------------------------------------------------------------
+    def latest(self, n: int) -> npt.NDArray[np.uint8]:
+        """The newest ``n`` frames, pinned until the array is garbage-collected."""
+        _check_int("n", n, 1)
+        owner, _first = self._core.pin_latest(n)
+        return owner.array()
+
+    def frames(self, first_frame: int, n: int) -> npt.NDArray[np.uint8]:
+        """Frames ``first_frame .. first_frame + n - 1`` (arrival order since start), pinned
+        until the array is garbage-collected. IndexError if they are no longer in the ring."""
+        _check_int("first_frame", first_frame, 0)
+        _check_int("n", n, 1)
+        return self._core.pin_frames(first_frame, n).array()
+
+    @contextmanager
+    def view(self, n: int) -> Iterator[npt.NDArray[np.uint8]]:
+        """``with rec.view(n) as frames:`` the newest ``n`` frames, pinned inside the block.
+
+        After the block the capture may reuse the slots, so the array's bytes may change.
+        """
+        _check_int("n", n, 1)
+        owner, _first = self._core.pin_latest(n)
+        try:
+            yield owner.array()
+        finally:
+            owner.release()
 
     def wait(self, duration: float | None = None, frames: int | None = None) -> Stats:
         """Blocks until ``duration`` seconds have passed or ``frames`` frames are buffered (or

@@ -38,6 +38,8 @@ class ThreadSecond(_Record):
     ring_overflow: int
     first_frame: int
     last_frame: int
+    first_seen: float = 0.0
+    last_seen: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +50,8 @@ class SecondRow(_Record):
     (network or sender, kernel drops included); ``ring_overflow`` frames seen but dropped
     because the ring was full; ``malformed`` and ``kernel_drops`` count datagrams since the
     previous row. ``total_frames``, ``bytes_buffered``, ``bytes_written`` are running totals.
+    ``first_seen``/``last_seen`` are the arrival times (POSIX seconds) of its first and last
+    frame (0 for a file check).
     """
 
     unix_second: int
@@ -62,6 +66,8 @@ class SecondRow(_Record):
     invalid: int
     ring_overflow: int
     threads: list[ThreadSecond]
+    first_seen: float = 0.0
+    last_seen: float = 0.0
     total_frames: int = 0
     bytes_buffered: int = 0
     bytes_written: int = 0

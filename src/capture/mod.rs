@@ -8,7 +8,7 @@
 pub mod udp;
 
 use crate::accounting::{Accounting, Fate, GapPolicy};
-use crate::classify::{learn_format, Malformed, StreamFormat};
+use crate::classify::{learn_format_parts, swapped_header, Malformed, StreamFormat};
 use crate::recorder::Shared;
 use crate::ring::{Ring, RingMemory};
 use crate::stats::{CaptureStats, FrameTime, RecordRow};
@@ -68,6 +68,8 @@ pub struct CaptureSetup {
     pub has_writer: bool,
     /// CPU to pin the capture thread to.
     pub cpu: Option<usize>,
+    /// The sender writes headers big-endian (each 32-bit word byte-swapped).
+    pub big_endian: bool,
 }
 
 struct Counters {
@@ -81,7 +83,6 @@ struct Counters {
 /// Runs the capture until the stop flag is set (or `max_frames` are buffered).
 pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
     let shared = setup.shared.clone();
-    let started = Instant::now();
     let mut pin_note = None;
     if let Some(cpu) = setup.cpu {
         pin_note = Some(crate::affinity::pin_current("capture", cpu));
@@ -131,6 +132,7 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
     let offset = setup.offset;
     let psn_on = setup.psn;
     let setup_frame_size = setup.frame_size;
+    let big_endian = setup.big_endian;
     let max_frames = setup.max_frames;
 
     loop {
@@ -141,7 +143,7 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
             break;
         }
         let now = Instant::now();
-        acc.set_wall_clock(now.duration_since(started).as_secs_f64());
+        acc.set_wall_clock(unix_now());
         if now.duration_since(last_publish) >= PUBLISH_EVERY {
             c.stats.kernel_drops = backend.kernel_drops();
             c.stats.capture_setup_cpu_s = setup_cpu;
@@ -189,7 +191,14 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
             c.stats.bytes_received += info.len as u64;
             let frame_len = info.len.saturating_sub(offset);
             let learned = (!info.truncated && info.len >= offset)
-                .then(|| learn_format(&learn_buf[..frame_len]))
+                .then(|| {
+                    let frame = &learn_buf[..frame_len];
+                    if big_endian {
+                        learn_format_parts(frame_len, &swapped_header(frame))
+                    } else {
+                        learn_format_parts(frame_len, frame)
+                    }
+                })
                 .flatten();
             let learned = learned.filter(|f| setup_frame_size.is_none_or(|fs| fs == f.frame_size));
             let Some(f) = learned else {
@@ -221,7 +230,12 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
             unsafe {
                 std::ptr::copy_nonoverlapping(learn_buf.as_ptr(), r.slot_ptr(0), frame_len);
             }
-            let h = crate::vdif::Header::parse_unchecked(&learn_buf[..frame_len]).expect("learned");
+            let h = if big_endian {
+                crate::vdif::Header::parse_unchecked(&swapped_header(&learn_buf[..frame_len]))
+            } else {
+                crate::vdif::Header::parse_unchecked(&learn_buf[..frame_len])
+            }
+            .expect("learned");
             acc.frame(&h, Fate::Buffered);
             note_frame_time(&mut c, &h);
             seq = 1;
@@ -247,6 +261,7 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
             let frame = unsafe { std::slice::from_raw_parts(dst.add(i * fs), fs) };
             let header = match kind {
                 Some(k) => Err(k),
+                None if big_endian => f.classify_parts(fs, &swapped_header(frame)),
                 None => f.classify(frame),
             };
             let h = match header {
@@ -290,6 +305,13 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
         shared.no_ring.store(true, Ordering::Release);
     }
     shared.capture_done.store(true, Ordering::Release);
+}
+
+/// POSIX time now, in seconds (the arrival times in per-second rows).
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn prefault_memory(m: &RingMemory) {

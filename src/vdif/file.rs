@@ -272,6 +272,42 @@ impl VdifFile {
     }
 }
 
+impl VdifFile {
+    /// `read` split over the available CPUs (whole frames per part); for large reads.
+    pub fn read_parallel(
+        &self,
+        start: usize,
+        count: usize,
+        out: &mut [f32],
+    ) -> Result<(), FileError> {
+        let spf = self.info.samples_per_frame;
+        let row = self.info.thread_ids.len() * self.info.values_per_sample();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Parts of at least 64 frames, so threads are worth starting.
+        let parts = cpus.min(count / (64 * spf).max(1)).max(1);
+        if parts == 1 || out.len() < count * row {
+            return self.read(start, count, out);
+        }
+        let per = count.div_ceil(parts).div_ceil(spf) * spf;
+        std::thread::scope(|sc| {
+            let mut rest = &mut out[..count * row];
+            let mut handles = Vec::new();
+            let mut at = 0;
+            while at < count {
+                let n = per.min(count - at);
+                let (mine, tail) = rest.split_at_mut(n * row);
+                rest = tail;
+                let first = start + at;
+                handles.push(sc.spawn(move || self.read(first, n, mine)));
+                at += n;
+            }
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().expect("reader thread"))
+        })
+    }
+}
+
 /// Header scans over the start of a file.
 struct Scan<'a> {
     path: &'a Path,
