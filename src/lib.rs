@@ -15,6 +15,7 @@ pub mod ring;
 pub mod sender;
 pub mod spectrum;
 pub mod stats;
+pub mod status;
 pub mod units;
 pub mod vdif;
 pub mod writer;

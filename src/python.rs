@@ -61,6 +61,9 @@ fn record_err(e: RecordError) -> PyErr {
     match &e {
         RecordError::BadArgument { .. } => PyValueError::new_err(e.to_string()),
         RecordError::Udp(UdpError::PortInUse { .. }) => PortInUseError::new_err(e.to_string()),
+        RecordError::Status { source, .. } if source.kind() == std::io::ErrorKind::AddrInUse => {
+            PortInUseError::new_err(e.to_string())
+        }
         RecordError::OutputExists(_)
         | RecordError::NoDirectory(_)
         | RecordError::NotWritable { .. } => OutputError::new_err(e.to_string()),
@@ -656,6 +659,24 @@ fn to_json<T: serde::Serialize>(v: &T) -> PyResult<String> {
     serde_json::to_string(v).map_err(json_err)
 }
 
+/// `HOST:PORT`, or `:PORT` / `PORT` for localhost (the status endpoint never listens on the
+/// network unless an address says so).
+fn parse_listen(text: &str) -> PyResult<std::net::SocketAddr> {
+    let t = text.trim();
+    let with_host = if t.parse::<u16>().is_ok() {
+        format!("127.0.0.1:{t}")
+    } else if let Some(port) = t.strip_prefix(':') {
+        format!("127.0.0.1:{port}")
+    } else {
+        t.replace("localhost", "127.0.0.1")
+    };
+    with_host.parse().map_err(|_| {
+        PyValueError::new_err(format!(
+            "status_listen: {text:?} is not HOST:PORT (e.g. 127.0.0.1:8089, or 8089 for localhost)"
+        ))
+    })
+}
+
 fn parse_ip(name: &str, text: &str) -> PyResult<std::net::IpAddr> {
     text.parse().map_err(|_| {
         PyValueError::new_err(format!(
@@ -680,7 +701,7 @@ impl PyRecorder {
         prefix="vdifrec", ring=1073741824, frame_size=None, offset=0, psn=false, fps=None,
         file_size=None, capture_cpu=None, writer_cpu=None, direct=true, rcvbuf=268435456,
         huge_pages=true, mlock=true, max_frames=None, backend="udp", throttle=None,
-        disk_limit=None, big_endian=false))]
+        disk_limit=None, big_endian=false, status_listen=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         port: u16,
@@ -706,6 +727,7 @@ impl PyRecorder {
         throttle: Option<u64>,
         disk_limit: Option<u64>,
         big_endian: bool,
+        status_listen: Option<&str>,
     ) -> PyResult<Self> {
         let target = match (path, directory) {
             (Some(_), Some(_)) => {
@@ -751,6 +773,7 @@ impl PyRecorder {
             throttle,
             disk_limit,
             big_endian,
+            status_listen: status_listen.map(parse_listen).transpose()?,
         };
         Ok(PyRecorder {
             config,
@@ -815,6 +838,16 @@ impl PyRecorder {
             .unwrap()
             .as_ref()
             .is_some_and(|s| s.finished())
+    }
+
+    /// (host, port) of the status endpoint, if it runs.
+    fn status_address(&self) -> Option<(String, u16)> {
+        self.inner
+            .lock()
+            .unwrap()
+            .as_ref()
+            .and_then(|r| r.status_addr())
+            .map(|a| (a.ip().to_string(), a.port()))
     }
 
     fn notes(&self) -> Vec<String> {

@@ -36,6 +36,13 @@ pub enum RecordError {
     CaptureFailed(String),
     #[error("cannot start a thread: {0}")]
     Thread(std::io::Error),
+    #[error(
+        "cannot serve status on {addr}: {source} (choose another --status-listen address or port)"
+    )]
+    Status {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// Which capture backend to use.
@@ -76,6 +83,8 @@ pub struct RecorderConfig {
     pub disk_limit: Option<u64>,
     /// Headers arrive big-endian (each 32-bit word byte-swapped), as some senders write them.
     pub big_endian: bool,
+    /// Serve GET /status and /metrics here (None: no status endpoint).
+    pub status_listen: Option<SocketAddr>,
 }
 
 impl Default for RecorderConfig {
@@ -103,6 +112,7 @@ impl Default for RecorderConfig {
             throttle: None,
             disk_limit: None,
             big_endian: false,
+            status_listen: None,
         }
     }
 }
@@ -251,6 +261,11 @@ pub struct Shared {
     threads: Mutex<(Vec<ThreadTotals>, Vec<Gap>)>,
     /// CPU seconds the writer thread used (set when it ends).
     pub writer_cpu_s: Mutex<f64>,
+    /// Whether frames go to disk, when the recording started, whether it has been summarised.
+    has_writer: AtomicBool,
+    started: Instant,
+    started_unix: f64,
+    stopped: AtomicBool,
 }
 
 impl Shared {
@@ -273,6 +288,63 @@ impl Shared {
             notes: Mutex::new(Vec::new()),
             threads: Mutex::new((Vec::new(), Vec::new())),
             writer_cpu_s: Mutex::new(0.0),
+            has_writer: AtomicBool::new(false),
+            started: Instant::now(),
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    /// POSIX time the recording started.
+    pub fn started_unix(&self) -> f64 {
+        self.started_unix
+    }
+
+    /// The newest completed second, if any.
+    pub fn last_row(&self) -> Option<RecordRow> {
+        self.rows.lock().unwrap().last().cloned()
+    }
+
+    /// A snapshot of every counter now. Reading never blocks the capture thread (it skips a
+    /// publication rather than wait for this lock).
+    pub fn stats(&self) -> Stats {
+        let capture = self.capture.lock().unwrap().clone();
+        let ring = self.ring();
+        let has_writer = self.has_writer.load(Ordering::Acquire);
+        let (fill, slots) = ring.as_ref().map_or((0, 0), |r| {
+            (if has_writer { r.fill() } else { 0 }, r.nslots())
+        });
+        let current = self.current_file.lock().unwrap().clone();
+        let state = if self.stopped.load(Ordering::Acquire) {
+            "stopped"
+        } else if self.failed() {
+            "failed"
+        } else if self.stop.load(Ordering::Acquire) {
+            "stopping"
+        } else if capture.frames_received == 0 {
+            "waiting"
+        } else {
+            "recording"
+        };
+        Stats {
+            state,
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+            bytes_buffered: capture.frames_received * capture.frame_size as u64,
+            bytes_written: self.bytes_written.load(Ordering::Acquire),
+            ring_frames: fill,
+            ring_slots: slots,
+            ring_fill: if slots > 0 {
+                fill as f64 / slots as f64
+            } else {
+                0.0
+            },
+            current_file: current.as_ref().map(|c| c.0.clone()),
+            current_file_bytes: current.map_or(0, |c| c.1),
+            files_closed: self.files.lock().unwrap().len(),
+            error: self.error_snapshot(),
+            capture,
         }
     }
 
@@ -362,6 +434,7 @@ pub struct Recorder {
     config: RecorderConfig,
     started: Instant,
     summary: Option<Summary>,
+    status: Option<crate::status::StatusServer>,
 }
 
 impl Recorder {
@@ -381,6 +454,9 @@ impl Recorder {
             }
         }
         let shared = Arc::new(Shared::new());
+        shared
+            .has_writer
+            .store(config.target.is_some(), Ordering::Release);
         let backend: Box<dyn Backend>;
         let local_addr;
         match config.backend {
@@ -448,10 +524,22 @@ impl Recorder {
             config,
             started: Instant::now(),
             summary: None,
+            status: None,
         };
         // The capture thread allocates the ring's pages; wait for it (bounded).
         match rec.shared.capture_ready.wait(Duration::from_secs(120)) {
-            Some(true) => Ok(rec),
+            Some(true) => {
+                if let Some(addr) = rec.config.status_listen {
+                    match crate::status::StatusServer::start(addr, rec.shared.clone()) {
+                        Ok(server) => rec.status = Some(server),
+                        Err(source) => {
+                            rec.stop();
+                            return Err(RecordError::Status { addr, source });
+                        }
+                    }
+                }
+                Ok(rec)
+            }
             Some(false) => {
                 let why = rec.shared.error.lock().unwrap().clone().unwrap_or_default();
                 rec.stop();
@@ -468,6 +556,11 @@ impl Recorder {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Where GET /status and /metrics are served, if they are.
+    pub fn status_addr(&self) -> Option<SocketAddr> {
+        self.status.as_ref().map(|s| s.local)
     }
 
     pub fn config(&self) -> &RecorderConfig {
@@ -493,52 +586,7 @@ impl Recorder {
 
     /// A snapshot of every counter now.
     pub fn stats(&self) -> Stats {
-        let capture = self.shared.capture.lock().unwrap().clone();
-        self.make_stats(capture)
-    }
-
-    fn make_stats(&self, capture: CaptureStats) -> Stats {
-        let ring = self.shared.ring();
-        let (fill, slots) = ring.as_ref().map_or((0, 0), |r| {
-            (
-                if self.config.target.is_some() {
-                    r.fill()
-                } else {
-                    0
-                },
-                r.nslots(),
-            )
-        });
-        let current = self.shared.current_file.lock().unwrap().clone();
-        let state = if self.summary.is_some() {
-            "stopped"
-        } else if self.shared.failed() {
-            "failed"
-        } else if self.shared.stop.load(Ordering::Acquire) {
-            "stopping"
-        } else if capture.frames_received == 0 {
-            "waiting"
-        } else {
-            "recording"
-        };
-        Stats {
-            state,
-            elapsed_s: self.started.elapsed().as_secs_f64(),
-            bytes_buffered: capture.frames_received * capture.frame_size as u64,
-            bytes_written: self.shared.bytes_written.load(Ordering::Acquire),
-            ring_frames: fill,
-            ring_slots: slots,
-            ring_fill: if slots > 0 {
-                fill as f64 / slots as f64
-            } else {
-                0.0
-            },
-            current_file: current.as_ref().map(|c| c.0.clone()),
-            current_file_bytes: current.map_or(0, |c| c.1),
-            files_closed: self.shared.files.lock().unwrap().len(),
-            error: self.error(),
-            capture,
-        }
+        self.shared.stats()
     }
 
     /// The state the threads share: rows, counters, flags (for waiting without the recorder).
@@ -570,6 +618,9 @@ impl Recorder {
             }
         }
         let summary = self.summarise();
+        self.shared.stopped.store(true, Ordering::Release);
+        // Watchers see the connection go away once the recording is summarised.
+        self.status = None;
         self.summary = Some(summary.clone());
         summary
     }

@@ -18,6 +18,7 @@ from .files import check, generate
 from .reader import Reader, decode, open
 from .quality import BitStats, Fringe, Spectrum, Tone, bstate, find_tones, fringe, spectrum
 from .recorder import Recorder, Sender, send
+from .remote import RemoteStatus
 from .reports import FileRecord, SecondRow, Stats, Summary, ThreadSecond
 
 __version__: str = _core.__version__
@@ -45,6 +46,7 @@ __all__ = [
     "Reader",
     "Recorder",
     "RecorderError",
+    "RemoteStatus",
     "SAMPLE_VDIF",
     "SecondRow",
     "Sender",

@@ -112,6 +112,7 @@ def add_record(sub: Any) -> None:
     p.add_argument("--rcvbuf", type=_size("--rcvbuf"), default=256 << 20, help="socket receive buffer to ask for (default 256MiB)")
     p.add_argument("--backend", default="udp", choices=["udp"], help="capture backend")
     p.add_argument("--summary-json", default=None, help="write the summary (every counter, every second) as JSON here")
+    p.add_argument("--status-listen", default=None, help="serve GET /status (JSON) and /metrics (Prometheus) at HOST:PORT (PORT alone: localhost)")
     p.add_argument("--quiet", action="store_true", help="no per-second table")
     p.set_defaults(func=run_record)
 
@@ -140,6 +141,7 @@ def run_record(a: argparse.Namespace) -> int:
         backend=a.backend,
         rcvbuf=a.rcvbuf,
         max_frames=a.frames,
+        status_listen=a.status_listen,
     )
     with sigterm_as_interrupt():
         try:
@@ -175,6 +177,8 @@ def follow(rec: Recorder, duration: float | None, quiet: bool, bind: str, out: A
     show_notes()
     host, port = rec.address
     print(f"listening on {host}:{port}", file=out, flush=True)
+    if rec.status_address is not None:
+        print(f"status on http://{rec.status_address[0]}:{rec.status_address[1]}/status and /metrics", file=out, flush=True)
     rows = 0
     idle_warned = False
     try:

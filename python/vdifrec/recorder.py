@@ -95,6 +95,10 @@ class Recorder:
         Stop capturing after this many frames.
     big_endian : bool
         The sender writes headers with each 32-bit word byte-swapped (recorded as received).
+    status_listen : str, optional
+        Serve ``GET /status`` (JSON) and ``GET /metrics`` (Prometheus) at ``"HOST:PORT"``
+        (``"8089"`` alone means 127.0.0.1:8089; port 0 picks a free one, see
+        ``status_address``). Off by default; never on the network unless an address says so.
 
     Zero-copy views
     ---------------
@@ -134,6 +138,7 @@ class Recorder:
         throttle: int | str | None = None,
         disk_limit: int | str | None = None,
         big_endian: bool = False,
+        status_listen: str | None = None,
     ) -> None:
         _check_int("port", port, 0, 65535)
         _check_int("frame_size", frame_size, 1)
@@ -168,6 +173,7 @@ class Recorder:
             throttle=to_bytes(throttle, "throttle"),
             disk_limit=to_bytes(disk_limit, "disk_limit"),
             big_endian=big_endian,
+            status_listen=status_listen,
         )
         self.address: tuple[str, int] | None = None
         self._rows_seen = 0
@@ -193,6 +199,11 @@ class Recorder:
     @property
     def running(self) -> bool:
         return bool(self._core.running)
+
+    @property
+    def status_address(self) -> tuple[str, int] | None:
+        """(host, port) of the status endpoint while it runs, else None."""
+        return self._core.status_address()
 
     @property
     def notes(self) -> list[str]:

@@ -1,0 +1,362 @@
+//! Remote status for the control room: `GET /status` (JSON) and `GET /metrics` (Prometheus
+//! text exposition), from a small HTTP/1.1 server on its own thread.
+//!
+//! It serves the snapshots the engine publishes: reading them never blocks the capture (the
+//! capture skips a publication rather than wait for a reader). One connection at a time, one
+//! request per connection, bounded reads and timeouts, so a slow or hostile client costs at
+//! most a second of status, never a frame.
+
+use crate::recorder::Shared;
+use crate::stats::Stats;
+use crate::vdif::time::{utc_unix, VdifTime};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Longest request head read.
+const MAX_REQUEST: usize = 8192;
+/// How often the rates are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+
+/// Received and written rates over the last samples.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Rates {
+    pub frames_per_second: f64,
+    pub receive_gbps: f64,
+    pub write_gbps: f64,
+}
+
+#[derive(Serialize)]
+struct Status<'a> {
+    state: &'a str,
+    start_time: String,
+    start_unix: f64,
+    /// UTC of the newest frame received.
+    vdif_time: Option<String>,
+    current_file: Option<&'a str>,
+    current_file_bytes: u64,
+    ring_fill: f64,
+    rates: Rates,
+    last_second: Option<crate::stats::RecordRow>,
+    stats: &'a Stats,
+}
+
+/// A running status server; stops when dropped.
+pub struct StatusServer {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+    pub local: SocketAddr,
+}
+
+impl StatusServer {
+    pub fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<StatusServer> {
+        let listener = TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let local = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("vdifrec-status".into())
+            .spawn(move || serve(listener, shared, &stop2))?;
+        Ok(StatusServer {
+            stop,
+            handle: Some(handle),
+            local,
+        })
+    }
+}
+
+impl Drop for StatusServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn serve(listener: TcpListener, shared: Arc<Shared>, stop: &AtomicBool) {
+    crate::affinity::name_current("vdifrec-status");
+    let samples: Mutex<Vec<(Instant, u64, u64, u64)>> = Mutex::new(Vec::new());
+    let mut last_sample = Instant::now() - SAMPLE_EVERY;
+    while !stop.load(Ordering::Acquire) {
+        if last_sample.elapsed() >= SAMPLE_EVERY {
+            sample(&shared, &samples);
+            last_sample = Instant::now();
+        }
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let rates = rates(&samples);
+                let _ = handle(stream, &shared, rates);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+fn sample(shared: &Shared, samples: &Mutex<Vec<(Instant, u64, u64, u64)>>) {
+    let s = shared.stats();
+    let mut v = samples.lock().unwrap();
+    v.push((
+        Instant::now(),
+        s.capture.frames_received,
+        s.capture.bytes_received,
+        s.bytes_written,
+    ));
+    // Keep about three seconds.
+    let n = v.len();
+    if n > 7 {
+        v.drain(..n - 7);
+    }
+}
+
+fn rates(samples: &Mutex<Vec<(Instant, u64, u64, u64)>>) -> Rates {
+    let v = samples.lock().unwrap();
+    let (Some(first), Some(last)) = (v.first(), v.last()) else {
+        return Rates::default();
+    };
+    let dt = last.0.duration_since(first.0).as_secs_f64();
+    if dt <= 0.0 {
+        return Rates::default();
+    }
+    Rates {
+        frames_per_second: (last.1 - first.1) as f64 / dt,
+        receive_gbps: (last.2 - first.2) as f64 * 8.0 / dt / 1e9,
+        write_gbps: (last.3 - first.3) as f64 * 8.0 / dt / 1e9,
+    }
+}
+
+fn handle(mut stream: TcpStream, shared: &Shared, rates: Rates) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_secs(1)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(1)))?;
+    let mut buf = vec![0u8; MAX_REQUEST];
+    let mut got = 0;
+    // Read the request head (we need only its first line), bounded in size and time.
+    while got < buf.len() {
+        let n = stream.read(&mut buf[got..])?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+        if buf[..got].windows(4).any(|w| w == b"\r\n\r\n") || buf[..got].contains(&b'\n') {
+            break;
+        }
+    }
+    let head = String::from_utf8_lossy(&buf[..got]);
+    let line = head.lines().next().unwrap_or("");
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (code, kind, body) = match (method, path) {
+        ("GET", "/status") => ("200 OK", "application/json", status_json(shared, rates)),
+        ("GET", "/metrics") => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics(shared),
+        ),
+        ("GET", "/") => (
+            "200 OK",
+            "text/plain; charset=utf-8",
+            "vdifrec status: GET /status (JSON) or /metrics (Prometheus)\n".to_string(),
+        ),
+        ("GET", _) => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found: try /status or /metrics\n".to_string(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "only GET\n".to_string(),
+        ),
+    };
+    let head = format!(
+        "HTTP/1.1 {code}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())?;
+    stream.flush()
+}
+
+fn iso(unix: f64) -> String {
+    VdifTime {
+        unix_seconds: unix.floor() as i64,
+        fraction: unix - unix.floor(),
+    }
+    .iso()
+}
+
+/// The JSON document of `GET /status`.
+pub fn status_json(shared: &Shared, rates: Rates) -> String {
+    let stats = shared.stats();
+    let vdif_time = stats.capture.latest_frame.map(|f| {
+        let fps = stats.capture.frames_per_second.max(1) as f64;
+        iso(utc_unix(f.ref_epoch, f.seconds) as f64 + f.frame_nr as f64 / fps)
+    });
+    let doc = Status {
+        state: stats.state,
+        start_time: iso(shared.started_unix()),
+        start_unix: shared.started_unix(),
+        vdif_time,
+        current_file: stats.current_file.as_deref(),
+        current_file_bytes: stats.current_file_bytes,
+        ring_fill: stats.ring_fill,
+        rates,
+        last_second: shared.last_row(),
+        stats: &stats,
+    };
+    serde_json::to_string(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// The Prometheus text exposition of `GET /metrics`.
+pub fn metrics(shared: &Shared) -> String {
+    let s = shared.stats();
+    let c = &s.capture;
+    let t = &c.totals.counts;
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, f64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, v) in samples {
+            let _ = writeln!(out, "{name}{labels} {v}");
+        }
+    };
+    metric(
+        "vdifrec_frames_received_total",
+        "counter",
+        "VDIF frames buffered (destined for disk).",
+        &[("", c.frames_received as f64)],
+    );
+    let network = t.lost.saturating_sub(c.kernel_drops);
+    metric(
+        "vdifrec_frames_lost_total",
+        "counter",
+        "Frames lost, by cause: network (sequence gaps not explained by the kernel), kernel (socket buffer drops), ring (ring full), malformed (datagrams not of the stream).",
+        &[
+            ("{cause=\"network\"}", network as f64),
+            ("{cause=\"kernel\"}", c.kernel_drops as f64),
+            ("{cause=\"ring\"}", c.ring_overflows as f64),
+            ("{cause=\"malformed\"}", c.malformed.total() as f64),
+        ],
+    );
+    metric(
+        "vdifrec_frames_out_of_order_total",
+        "counter",
+        "Frames that arrived after a later frame of their thread.",
+        &[("", t.out_of_order as f64)],
+    );
+    metric(
+        "vdifrec_frames_duplicate_total",
+        "counter",
+        "Frames seen twice.",
+        &[("", t.duplicates as f64)],
+    );
+    metric(
+        "vdifrec_frames_invalid_total",
+        "counter",
+        "Frames flagged invalid by the sender (recorded).",
+        &[("", t.invalid as f64)],
+    );
+    metric(
+        "vdifrec_datagrams_total",
+        "counter",
+        "Datagrams received, of any kind.",
+        &[("", c.datagrams as f64)],
+    );
+    let kinds: Vec<(String, f64)> = c
+        .malformed
+        .by_kind()
+        .into_iter()
+        .map(|(k, v)| (format!("{{kind=\"{k}\"}}"), v as f64))
+        .collect();
+    let kinds: Vec<(&str, f64)> = kinds.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    metric(
+        "vdifrec_datagrams_malformed_total",
+        "counter",
+        "Malformed datagrams by kind (never written).",
+        &kinds,
+    );
+    metric(
+        "vdifrec_bytes_buffered_total",
+        "counter",
+        "Bytes received into the ring.",
+        &[("", s.bytes_buffered as f64)],
+    );
+    metric(
+        "vdifrec_bytes_written_total",
+        "counter",
+        "Bytes written to disk.",
+        &[("", s.bytes_written as f64)],
+    );
+    metric(
+        "vdifrec_ring_fill_ratio",
+        "gauge",
+        "Fraction of ring slots holding frames not yet on disk.",
+        &[("", s.ring_fill)],
+    );
+    metric(
+        "vdifrec_ring_slots",
+        "gauge",
+        "Frames the ring holds.",
+        &[("", s.ring_slots as f64)],
+    );
+    metric(
+        "vdifrec_current_file_bytes",
+        "gauge",
+        "Size of the file being written.",
+        &[("", s.current_file_bytes as f64)],
+    );
+    metric(
+        "vdifrec_files_closed",
+        "gauge",
+        "Files completed so far.",
+        &[("", s.files_closed as f64)],
+    );
+    metric(
+        "vdifrec_start_time_seconds",
+        "gauge",
+        "POSIX time the recording started.",
+        &[("", shared.started_unix())],
+    );
+    if let Some(f) = c.latest_frame {
+        let fps = c.frames_per_second.max(1) as f64;
+        let t = utc_unix(f.ref_epoch, f.seconds) as f64 + f.frame_nr as f64 / fps;
+        metric(
+            "vdifrec_vdif_time_seconds",
+            "gauge",
+            "VDIF time of the newest frame, POSIX seconds.",
+            &[("", t)],
+        );
+    }
+    if let Some(age) = c.seconds_since_datagram {
+        metric(
+            "vdifrec_seconds_since_datagram",
+            "gauge",
+            "Seconds since the last datagram arrived.",
+            &[("", age)],
+        );
+    }
+    metric(
+        "vdifrec_recording",
+        "gauge",
+        "1 while the recorder runs and receives, else 0.",
+        &[("", f64::from(s.state == "recording"))],
+    );
+    metric(
+        "vdifrec_capture_cpu_seconds_total",
+        "counter",
+        "CPU time of the capture thread.",
+        &[("", c.capture_cpu_s)],
+    );
+    out
+}

@@ -1,0 +1,156 @@
+"""The status endpoint (JSON and Prometheus), RemoteStatus and `vdifrec watch`."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import vdifrec
+
+START = dict(ref_epoch=53, start_second=4000)
+
+
+def get(url: str) -> tuple[int, str, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.headers["Content-Type"], r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers["Content-Type"], e.read()
+
+
+def metrics_of(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_status_and_metrics_under_100_requests_per_second(tmp_path) -> None:
+    rec = vdifrec.Recorder(port=0, ring="32MiB", path=tmp_path / "s.vdif", status_listen="127.0.0.1:0", fps=5000)
+    rec.start()
+    assert rec.address is not None and rec.status_address is not None
+    host, port = rec.status_address
+    assert host == "127.0.0.1"
+    base = f"http://{host}:{port}"
+    stop = threading.Event()
+    answered = {"status": 0, "metrics": 0, "errors": 0}
+
+    def poll() -> None:
+        # 100 requests per second, alternating the two documents, until told to stop.
+        k = 0
+        while not stop.is_set() and k < 2000:
+            t0 = time.monotonic()
+            path = "/status" if k % 2 == 0 else "/metrics"
+            try:
+                code, _, body = get(base + path)
+                answered[path[1:]] += code == 200 and len(body) > 0
+            except OSError:
+                answered["errors"] += 1
+            k += 1
+            time.sleep(max(0.0, 0.01 - (time.monotonic() - t0)))
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    sent = vdifrec.send(rec.address, frames=15_000, fps=5000, drop="1:0-49", **START)
+    deadline = time.monotonic() + 10
+    while rec.stats().frames_received < 14_950 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    doc = json.loads(get(base + "/status")[2])
+    m = metrics_of(get(base + "/metrics")[2].decode())
+    stop.set()
+    poller.join()
+    summary = rec.stop()
+    # Nothing lost to the polling: every frame sent (but the 50 dropped) arrived.
+    assert summary.frames_received == sent["frames_sent"] == 14_950 and summary.ring_overflows == 0
+    assert summary.kernel_drops == 0 and summary.frames_lost == 50
+    assert answered["status"] + answered["metrics"] > 200 and answered["errors"] == 0
+    # The JSON document.
+    for key in ["state", "start_time", "start_unix", "vdif_time", "current_file", "current_file_bytes",
+                "ring_fill", "rates", "last_second", "stats"]:
+        assert key in doc, key
+    assert doc["state"] == "recording"
+    assert doc["stats"]["frames_received"] == 14_950
+    assert doc["current_file"].endswith("s.vdif")
+    assert doc["last_second"]["vdif_seconds"] in (4001, 4002)
+    assert doc["vdif_time"].startswith("2026-07-01T01:06:4")  # epoch 53 + 4000 s = 01:06:40
+    assert set(doc["rates"]) == {"frames_per_second", "receive_gbps", "write_gbps"}
+    # The metrics, parsed by prometheus_client.
+    assert m[("vdifrec_frames_received_total", ())] == 14_950
+    assert m[("vdifrec_frames_lost_total", (("cause", "network"),))] == 50
+    assert m[("vdifrec_frames_lost_total", (("cause", "kernel"),))] == 0
+    assert m[("vdifrec_frames_lost_total", (("cause", "ring"),))] == 0
+    assert m[("vdifrec_frames_lost_total", (("cause", "malformed"),))] == 0
+    assert m[("vdifrec_bytes_written_total", ())] <= 14_950 * 8224
+    assert 0.0 <= m[("vdifrec_ring_fill_ratio", ())] <= 1.0
+    assert m[("vdifrec_datagrams_malformed_total", (("kind", "too_short"),))] == 0
+    # After stop the endpoint is gone.
+    with pytest.raises(OSError):
+        get(base + "/status")
+
+
+def test_remote_status_gives_the_same_stats_type(tmp_path) -> None:
+    with vdifrec.Recorder(port=0, ring="16MiB", status_listen="0") as rec:
+        assert rec.address is not None and rec.status_address is not None
+        vdifrec.send(rec.address, frames=2000, fps=10_000, garbage=7, **START)
+        time.sleep(0.5)
+        remote = vdifrec.RemoteStatus("%s:%d" % rec.status_address).stats()
+        local = rec.stats()
+        assert isinstance(remote, vdifrec.Stats)
+        assert remote.frames_received == local.frames_received == 2000
+        assert remote.datagrams_malformed == local.datagrams_malformed == 7
+        assert remote.datagrams_malformed_by_kind == local.datagrams_malformed_by_kind
+        code, kind, _ = get("http://%s:%d/nothing" % rec.status_address)
+        assert code == 404
+        req = urllib.request.Request("http://%s:%d/status" % rec.status_address, method="POST", data=b"x")
+        with pytest.raises(urllib.error.HTTPError, match="405"):
+            urllib.request.urlopen(req, timeout=5)
+    with pytest.raises(ConnectionError, match="no status"):
+        vdifrec.RemoteStatus("http://127.0.0.1:9").stats()
+
+
+def test_status_port_in_use_and_bad_address() -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    try:
+        with pytest.raises(vdifrec.PortInUseError, match="cannot serve status"):
+            vdifrec.Recorder(port=0, status_listen="127.0.0.1:%d" % s.getsockname()[1]).start()
+    finally:
+        s.close()
+    with pytest.raises(ValueError, match="status_listen: .* is not HOST:PORT"):
+        vdifrec.Recorder(port=0, status_listen="somewhere")
+
+
+def test_watch_prints_lines_and_warns_on_loss_and_stall() -> None:
+    rec = vdifrec.Recorder(port=0, ring="16MiB", status_listen="0", fps=2000)
+    rec.start()
+    assert rec.address is not None and rec.status_address is not None
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "vdifrec.cli", "watch", "%s:%d" % rec.status_address, "--every", "0.5",
+         "--count", "14", "--stalled-after", "1.5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    time.sleep(0.8)
+    vdifrec.send(rec.address, frames=5000, fps=2000, drop="1:10-29", **START)
+    out, err = watch.communicate(timeout=60)
+    rec.stop()
+    assert watch.returncode == 0, err
+    lines = [ln for ln in out.splitlines() if " frames " in ln]
+    assert len(lines) >= 10
+    assert re.search(r"frames 4980 .* lost 20 ", out)
+    assert "!!! LOSS: 20 frames since the last poll (network 20) !!!" in out
+    assert re.search(r"!!! STREAM STOPPED: no packets for \d+ s !!!", out)
+    # The original client's fields: VDIF time, total frames, stream capacity, file.
+    assert re.search(r"VDIF 2026-07-01T01:06:4\d\.\d+\s+frames \d+\s+stream \d+ B\s+file - 0 B", out)
