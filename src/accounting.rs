@@ -28,6 +28,9 @@ const LATE_SECONDS: i64 = 2;
 const STALL_SECONDS: i64 = 3;
 /// Most frames a VDIF second can number (24-bit frame number).
 const MAX_FRAMES_PER_SECOND: u32 = 1 << 24;
+/// Longest confirmed gap counted as lost frames; a longer one is a jump of the sender's
+/// time (a file whose time field was corrupted consistently, or a sender restarted).
+const MAX_GAP_SECONDS: i64 = 3600;
 
 /// What happened to a frame the capture saw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -350,6 +353,7 @@ impl Accounting {
         let target = candidates[0].second;
         let silent = (self.now_wall - self.threads[ti].last_seen_wall).max(0.0);
         let plausible_gap = target > hs
+            && target - hs <= MAX_GAP_SECONDS
             && match self.gap_policy {
                 GapPolicy::CountAsLoss => true,
                 GapPolicy::WallClock => ((target - hs) as f64) <= silent + self.wall_tolerance,
@@ -392,10 +396,10 @@ impl Accounting {
         header_second: i64,
         is_first: bool,
     ) -> Slot {
+        // Bitmaps grow as frame numbers arrive (a second nobody sent stays empty); recycled
+        // ones keep their capacity, so a steady stream allocates nothing.
         let mut bitmap = self.free_bitmaps.pop().unwrap_or_default();
         bitmap.clear();
-        let words = (self.frames_per_second().max(1) as usize).div_ceil(64);
-        bitmap.resize(words, 0);
         let vdif_seconds = (header.seconds() as i64 - (header_second - second)).max(0) as u32;
         Slot {
             second,
@@ -759,10 +763,10 @@ mod tests {
     }
 
     fn seq(thread: u32, fps: u32, from: (u32, u32), n: u32) -> Vec<(u32, u32, u32)> {
-        (0..n)
+        (0..n as u64)
             .map(|i| {
-                let k = from.0 * fps + from.1 + i;
-                (thread, k / fps, k % fps)
+                let k = from.0 as u64 * fps as u64 + from.1 as u64 + i;
+                (thread, (k / fps as u64) as u32, (k % fps as u64) as u32)
             })
             .collect()
     }
@@ -871,6 +875,22 @@ mod tests {
         assert_eq!(gaps[0].missing, 200);
         assert_eq!(gaps[0].first_missing.1, 50);
         assert_eq!(gaps[0].last_missing.1, 49);
+    }
+
+    #[test]
+    fn a_huge_confirmed_jump_is_a_time_jump_not_billions_of_lost_frames() {
+        // Found by fuzzing: eight frames 2^29 seconds ahead made a file check allocate a
+        // slot per second in between.
+        let mut acc = Accounting::new(None, GapPolicy::CountAsLoss);
+        let mut frames = seq(0, 100, (50, 0), 150);
+        frames.extend(seq(0, 100, (1 << 29, 0), 20));
+        feed(&mut acc, &frames);
+        acc.finish();
+        let t = acc.totals();
+        assert_eq!(t.time_jumps, 1);
+        assert_eq!(t.counts.lost, 0);
+        assert_eq!(t.counts.received, 170);
+        assert_eq!(acc.take_rows().len(), 3);
     }
 
     #[test]

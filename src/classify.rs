@@ -24,16 +24,20 @@ pub enum Malformed {
     FormatMismatch,
     /// EDV 1/3/4 header without the 0xACABFEED sync word.
     BadSync,
+    /// An IP fragment of a datagram to our port (afpacket, pfring): raise the MTU to fit a
+    /// whole frame (9000 for 8224-byte frames).
+    Fragmented,
 }
 
 impl Malformed {
-    pub const ALL: [Malformed; 6] = [
+    pub const ALL: [Malformed; 7] = [
         Malformed::TooShort,
         Malformed::TooLong,
         Malformed::BadFrameLength,
         Malformed::LegacyMismatch,
         Malformed::FormatMismatch,
         Malformed::BadSync,
+        Malformed::Fragmented,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -44,6 +48,7 @@ impl Malformed {
             Malformed::LegacyMismatch => "legacy_mismatch",
             Malformed::FormatMismatch => "format_mismatch",
             Malformed::BadSync => "bad_sync",
+            Malformed::Fragmented => "fragmented",
         }
     }
 
@@ -54,11 +59,15 @@ impl Malformed {
 
 /// Counts of malformed datagrams by kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MalformedCounts(pub [u64; 6]);
+pub struct MalformedCounts(pub [u64; 7]);
 
 impl MalformedCounts {
     pub fn add(&mut self, kind: Malformed) {
         self.0[kind.index()] += 1;
+    }
+    /// Sets a count kept elsewhere (by a backend).
+    pub fn set(&mut self, kind: Malformed, n: u64) {
+        self.0[kind.index()] = n;
     }
     pub fn total(&self) -> u64 {
         self.0.iter().sum()
@@ -78,7 +87,7 @@ impl MalformedCounts {
 impl Serialize for MalformedCounts {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(6))?;
+        let mut m = s.serialize_map(Some(Malformed::ALL.len()))?;
         for (k, v) in self.by_kind() {
             m.serialize_entry(k, &v)?;
         }
@@ -163,6 +172,66 @@ impl StreamFormat {
         }
         Ok(())
     }
+}
+
+impl StreamFormat {
+    /// The verdict on one received datagram, `len` bytes in all (its `offset` leading bytes
+    /// included), `truncated` when it was longer than the buffer given to the kernel; `frame`
+    /// holds the bytes after the offset as received.
+    pub fn classify_datagram(
+        &self,
+        len: usize,
+        truncated: bool,
+        offset: usize,
+        frame: &[u8],
+        big_endian: bool,
+    ) -> Result<Header, Malformed> {
+        if truncated || len > offset + self.frame_size {
+            return Err(Malformed::TooLong);
+        }
+        if len < offset + self.frame_size || frame.len() < self.frame_size {
+            return Err(Malformed::TooShort);
+        }
+        let frame = &frame[..self.frame_size];
+        if big_endian {
+            self.classify_parts(self.frame_size, &swapped_header(frame))
+        } else {
+            self.classify(frame)
+        }
+    }
+}
+
+/// Learns the stream's layout from a datagram (see `StreamFormat::classify_datagram` for the
+/// arguments); `want_size` is the frame size the user gave, if any. The error says why the
+/// datagram cannot be the stream's first frame.
+pub fn learn_datagram(
+    len: usize,
+    truncated: bool,
+    offset: usize,
+    frame: &[u8],
+    big_endian: bool,
+    want_size: Option<usize>,
+) -> Result<(StreamFormat, Header), Malformed> {
+    if truncated {
+        return Err(Malformed::TooLong);
+    }
+    if len < offset + 16 || frame.len() < len - offset {
+        return Err(Malformed::TooShort);
+    }
+    let frame = &frame[..len - offset];
+    let header_bytes = if big_endian {
+        swapped_header(frame)
+    } else {
+        let mut h = [0u8; 32];
+        let n = frame.len().min(32);
+        h[..n].copy_from_slice(&frame[..n]);
+        h
+    };
+    let format = learn_format_parts(frame.len(), &header_bytes[..frame.len().min(32)])
+        .filter(|f| want_size.is_none_or(|fs| fs == f.frame_size))
+        .ok_or(Malformed::BadFrameLength)?;
+    let header = Header::parse_unchecked(&header_bytes).map_err(|_| Malformed::TooShort)?;
+    Ok((format, header))
 }
 
 /// The first 32 bytes of `frame` with every 32-bit word byte-swapped (big-endian headers).

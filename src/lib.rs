@@ -10,6 +10,7 @@ pub mod capture;
 pub mod check;
 pub mod classify;
 pub mod generate;
+pub mod readback;
 pub mod recorder;
 pub mod ring;
 pub mod sender;

@@ -59,7 +59,11 @@ create_exception!(
 fn record_err(e: RecordError) -> PyErr {
     use crate::capture::udp::UdpError;
     match &e {
-        RecordError::BadArgument { .. } => PyValueError::new_err(e.to_string()),
+        RecordError::BadArgument { .. }
+        | RecordError::AfPacket(crate::capture::afpacket::AfPacketError::NoInterface)
+        | RecordError::PfRing(crate::capture::pfring::PfRingError::NoInterface) => {
+            PyValueError::new_err(e.to_string())
+        }
         RecordError::Udp(UdpError::PortInUse { .. }) => PortInUseError::new_err(e.to_string()),
         RecordError::Status { source, .. } if source.kind() == std::io::ErrorKind::AddrInUse => {
             PortInUseError::new_err(e.to_string())
@@ -701,7 +705,8 @@ impl PyRecorder {
         prefix="vdifrec", ring=1073741824, frame_size=None, offset=0, psn=false, fps=None,
         file_size=None, capture_cpu=None, writer_cpu=None, direct=true, rcvbuf=268435456,
         huge_pages=true, mlock=true, max_frames=None, backend="udp", throttle=None,
-        disk_limit=None, big_endian=false, status_listen=None))]
+        disk_limit=None, big_endian=false, status_listen=None, interface=None,
+        pfring_library=None, pfring_check_module=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         port: u16,
@@ -728,6 +733,9 @@ impl PyRecorder {
         disk_limit: Option<u64>,
         big_endian: bool,
         status_listen: Option<&str>,
+        interface: Option<String>,
+        pfring_library: Option<std::path::PathBuf>,
+        pfring_check_module: bool,
     ) -> PyResult<Self> {
         let target = match (path, directory) {
             (Some(_), Some(_)) => {
@@ -744,10 +752,18 @@ impl PyRecorder {
         };
         let backend = match backend {
             "udp" => BackendKind::Udp,
+            "afpacket" => BackendKind::AfPacket {
+                interface: interface.unwrap_or_default(),
+            },
+            "pfring" => BackendKind::PfRing {
+                interface: interface.unwrap_or_default(),
+                library: pfring_library,
+                check_module: pfring_check_module,
+            },
             other => {
                 return Err(PyValueError::new_err(format!(
-                    "backend: {other:?} is not available; choose \"udp\""
-                )))
+                "backend: {other:?} is not a backend; choose \"udp\", \"afpacket\" or \"pfring\""
+            )))
             }
         };
         let config = RecorderConfig {
@@ -1113,6 +1129,27 @@ impl DiscardReceiver {
     }
 }
 
+/// Host probe for `vdifrec doctor`: (bytes per second, O_DIRECT used) writing `max_bytes` (or
+/// for `seconds`) into `directory` with `threads` writers of `block`-byte writes.
+#[pyfunction]
+fn disk_write_test(
+    py: Python<'_>,
+    directory: std::path::PathBuf,
+    block: usize,
+    threads: usize,
+    max_bytes: u64,
+    seconds: f64,
+) -> PyResult<(f64, bool)> {
+    py.detach(|| crate::baseline::disk_write_test(&directory, block, threads, max_bytes, seconds))
+        .map_err(|e| {
+            io_err(
+                &e,
+                format!("write test in {}: {e}", directory.display()),
+                &directory,
+            )
+        })
+}
+
 /// Benchmark probe: the writer alone, fed from memory; JSON with bytes, seconds, cpu_s, direct.
 #[pyfunction]
 #[pyo3(signature = (directory, total_bytes, frame_size=8224, direct=true))]
@@ -1417,6 +1454,51 @@ fn bit_states<'py>(
     Ok(numpy::IntoPyArray::into_pyarray(arr, py))
 }
 
+/// Compares a recording with what `vdifrec send` with these options sent, frame by frame
+/// (headers and payloads regenerated, nothing stored); JSON: frames, matching, differing,
+/// first_difference.
+#[pyfunction]
+#[pyo3(signature = (path, *, ref_epoch, start_second, fps=125000, frame_size=8224, nchan=4,
+    bits=2, threads=1, tone_mhz=None, tone_amplitude=0.3, seed=1, station=0, edv=0, pool=1024))]
+#[allow(clippy::too_many_arguments)]
+fn verify_sent(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    ref_epoch: u32,
+    start_second: u32,
+    fps: u32,
+    frame_size: usize,
+    nchan: u32,
+    bits: u32,
+    threads: u32,
+    tone_mhz: Option<f64>,
+    tone_amplitude: f64,
+    seed: u64,
+    station: u16,
+    edv: u32,
+    pool: usize,
+) -> PyResult<String> {
+    let spec = SignalSpec {
+        frame_size,
+        fps,
+        nchan,
+        bits,
+        threads,
+        tone_mhz,
+        tone_amplitude,
+        correlation: 0.0,
+        delay: 0,
+        seed,
+        station,
+        edv,
+        start: Some((ref_epoch, start_second)),
+    };
+    let v = py
+        .detach(|| crate::sender::verify_recording(&path, &spec, pool))
+        .map_err(send_err)?;
+    to_json(&v)
+}
+
 /// Parses a byte size such as "8GiB"; `name` names the argument in the error.
 #[pyfunction]
 fn parse_size_arg(name: &str, text: &str) -> PyResult<u64> {
@@ -1464,6 +1546,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cross_frames, m)?)?;
     m.add_function(wrap_pyfunction!(bit_states, m)?)?;
     m.add_function(wrap_pyfunction!(writer_throughput, m)?)?;
+    m.add_function(wrap_pyfunction!(disk_write_test, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_sent, m)?)?;
     m.add("RecorderError", py.get_type::<RecorderError>())?;
     m.add("PortInUseError", py.get_type::<PortInUseError>())?;
     m.add("OutputError", py.get_type::<OutputError>())?;

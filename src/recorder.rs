@@ -20,6 +20,10 @@ pub enum RecordError {
     #[error(transparent)]
     Udp(#[from] UdpError),
     #[error(transparent)]
+    AfPacket(#[from] crate::capture::afpacket::AfPacketError),
+    #[error(transparent)]
+    PfRing(#[from] crate::capture::pfring::PfRingError),
+    #[error(transparent)]
     Ring(#[from] RingError),
     #[error("{name}: {why}")]
     BadArgument { name: &'static str, why: String },
@@ -46,9 +50,19 @@ pub enum RecordError {
 }
 
 /// Which capture backend to use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackendKind {
+    /// A UDP socket (recvmmsg): works everywhere, no privileges.
     Udp,
+    /// A TPACKET_V3 ring on an interface (CAP_NET_RAW).
+    AfPacket { interface: String },
+    /// PF_RING on an interface, `libpfring.so` loaded at run time (`library` overrides where
+    /// from; `check_module` false skips the kernel-module check, for stand-in libraries).
+    PfRing {
+        interface: String,
+        library: Option<PathBuf>,
+        check_module: bool,
+    },
 }
 
 /// Everything a recording needs to know.
@@ -139,6 +153,9 @@ impl RecorderConfig {
             if fs % 8 != 0 || !(48..=65_536 - 8).contains(&fs) {
                 return bad("frame_size", format!("{fs} bytes is not a VDIF frame size (a multiple of 8, header included, that fits a UDP datagram)"));
             }
+        }
+        if !matches!(self.backend, BackendKind::Udp) && self.port == 0 {
+            return bad("port", "the afpacket and pfring backends select packets by port: give the stream's UDP port".into());
         }
         if self.fps == Some(0) {
             return bad("fps", "frames per second must be positive".into());
@@ -459,7 +476,43 @@ impl Recorder {
             .store(config.target.is_some(), Ordering::Release);
         let backend: Box<dyn Backend>;
         let local_addr;
-        match config.backend {
+        match &config.backend {
+            BackendKind::AfPacket { interface } => {
+                if interface.is_empty() {
+                    return Err(crate::capture::afpacket::AfPacketError::NoInterface.into());
+                }
+                let (b, notes) = crate::capture::afpacket::AfPacketBackend::open(
+                    interface,
+                    config.port,
+                    config.offset,
+                )?;
+                for n in notes {
+                    shared.note(n);
+                }
+                backend = Box::new(b);
+                local_addr = SocketAddr::new(config.bind, config.port);
+            }
+            BackendKind::PfRing {
+                interface,
+                library,
+                check_module,
+            } => {
+                if interface.is_empty() {
+                    return Err(crate::capture::pfring::PfRingError::NoInterface.into());
+                }
+                let (b, notes) = crate::capture::pfring::PfRingBackend::open(
+                    interface,
+                    config.port,
+                    config.offset,
+                    library.as_deref(),
+                    *check_module,
+                )?;
+                for n in notes {
+                    shared.note(n);
+                }
+                backend = Box::new(b);
+                local_addr = SocketAddr::new(config.bind, config.port);
+            }
             BackendKind::Udp => {
                 let (b, addr, notes) = UdpBackend::bind(&UdpConfig {
                     bind: config.bind,

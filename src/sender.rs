@@ -160,20 +160,127 @@ pub struct SendSummary {
     pub stopped_early: bool,
 }
 
+/// The generated stream: frame `k` of the sequence is frame set `k / threads` of thread
+/// `k % threads`, its header from the template, its payload from a pool of frame sets made
+/// once. The same pool regenerates what was sent, so a recording can be checked against it
+/// frame by frame without keeping a copy (`verify_recording`).
+pub struct Pool {
+    template: Header,
+    fps: u32,
+    threads: u32,
+    /// `sets` frame sets × `threads` payloads.
+    payloads: Vec<u8>,
+    sets: usize,
+}
+
+impl Pool {
+    pub fn new(spec: &SignalSpec, sets: usize) -> Result<Pool, SendError> {
+        let template = spec.template()?;
+        let payload = template.payload_size();
+        let threads = spec.threads as usize;
+        let mut synth = Synth::new(spec)?;
+        let mut payloads = vec![0u8; sets.max(1) * threads * payload];
+        for set in payloads.chunks_mut(threads * payload) {
+            let mut parts: Vec<&mut [u8]> = set.chunks_mut(payload).collect();
+            synth.next_frameset(&mut parts);
+        }
+        Ok(Pool {
+            template,
+            fps: spec.fps,
+            threads: spec.threads,
+            payloads,
+            sets: sets.max(1),
+        })
+    }
+
+    pub fn template(&self) -> &Header {
+        &self.template
+    }
+
+    /// Header and payload of frame set `set`, thread index `t`.
+    pub fn frame(&self, set: u64, t: u32) -> (Header, &[u8]) {
+        let payload = self.template.payload_size();
+        let idx = (set as usize % self.sets) * self.threads as usize + t as usize;
+        (
+            frame_header(&self.template, self.fps, set, t),
+            &self.payloads[idx * payload..(idx + 1) * payload],
+        )
+    }
+
+    /// The frame set a header belongs to (None if before the start or of another stream).
+    pub fn set_of(&self, h: &Header) -> Option<u64> {
+        let first = self.template.seconds() as i64 * self.fps as i64;
+        let this = h.seconds() as i64 * self.fps as i64 + h.frame_nr() as i64;
+        (h.ref_epoch() == self.template.ref_epoch() && this >= first).then(|| (this - first) as u64)
+    }
+}
+
+/// What a comparison of a recording with the generator found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Verification {
+    pub frames: u64,
+    pub matching: u64,
+    pub differing: u64,
+    /// Frames whose (time, thread) is not later than the previous frame's of that thread:
+    /// a duplicate or reordered frame, even if its bytes are what was sent.
+    pub out_of_order: u64,
+    /// Byte offset of the first frame that differs.
+    pub first_difference: Option<u64>,
+    /// Whether the file was read with O_DIRECT (leaving the page cache alone).
+    pub direct: bool,
+}
+
+/// Compares every frame of a recording with what a sender of `spec` (and pool size `sets`)
+/// sent for the same time and thread: headers and payloads byte for byte, and that each
+/// thread's frames follow in time. Reads with O_DIRECT, so a check running beside a
+/// recording does not compete with it for the page cache.
+pub fn verify_recording(
+    path: &std::path::Path,
+    spec: &SignalSpec,
+    sets: usize,
+) -> Result<Verification, SendError> {
+    let pool = Pool::new(spec, sets)?;
+    let fs = spec.frame_size;
+    let mut v = Verification::default();
+    let mut last_set: Vec<Option<u64>> = vec![None; spec.threads as usize];
+    let direct = crate::readback::for_each_frame(path, fs, |i, frame| {
+        v.frames += 1;
+        let set = (frame.len() == fs)
+            .then(|| Header::parse_unchecked(frame).ok())
+            .flatten()
+            .and_then(|h| {
+                let thread = h.thread_id().min(spec.threads - 1);
+                let set = pool.set_of(&h)?;
+                let (want, payload) = pool.frame(set, thread);
+                (want.to_bytes() == frame[..32] && payload == &frame[32..]).then_some((set, thread))
+            });
+        match set {
+            Some((set, thread)) => {
+                v.matching += 1;
+                let last = &mut last_set[thread as usize];
+                if last.is_some_and(|l| set <= l) {
+                    v.out_of_order += 1;
+                }
+                *last = Some(set);
+            }
+            None => {
+                v.differing += 1;
+                v.first_difference.get_or_insert(i * fs as u64);
+            }
+        }
+    })
+    .map_err(|e| SendError::Replay {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    v.direct = direct;
+    Ok(v)
+}
+
 /// Where frames come from.
 enum Source {
-    Pool {
-        template: Header,
-        fps: u32,
-        threads: u32,
-        /// pool frame sets × threads payloads, each `payload` bytes.
-        payloads: Vec<u8>,
-        sets: usize,
-    },
-    Replay {
-        map: memmap2::Mmap,
-        frames: u64,
-    },
+    Pool(Pool),
+    Replay { map: memmap2::Mmap, frames: u64 },
 }
 
 /// A sender running in its own thread.
@@ -317,23 +424,8 @@ impl Job {
             }
             None => {
                 let spec = &cfg.spec;
-                let template = spec.template()?;
-                let payload = template.payload_size();
-                let threads = spec.threads as usize;
-                let mut synth = Synth::new(spec)?;
-                let mut payloads = vec![0u8; cfg.pool * threads * payload];
-                for set in payloads.chunks_mut(threads * payload) {
-                    let mut parts: Vec<&mut [u8]> = set.chunks_mut(payload).collect();
-                    synth.next_frameset(&mut parts);
-                }
                 (
-                    Source::Pool {
-                        template,
-                        fps: spec.fps,
-                        threads: spec.threads,
-                        payloads,
-                        sets: cfg.pool,
-                    },
+                    Source::Pool(Pool::new(spec, cfg.pool)?),
                     spec.frame_size,
                     spec.fps as f64 * spec.threads as f64,
                 )
@@ -393,12 +485,12 @@ impl Job {
         }
         let fs = self.frame_size;
         let (per_second, threads, fps, first_header) = match &self.source {
-            Source::Pool {
-                template,
-                fps,
-                threads,
-                ..
-            } => (*fps as f64 * *threads as f64, *threads, *fps, *template),
+            Source::Pool(p) => (
+                p.fps as f64 * p.threads as f64,
+                p.threads,
+                p.fps,
+                p.template,
+            ),
             Source::Replay { map, .. } => (
                 self.cfg.spec.fps as f64,
                 1,
@@ -619,19 +711,11 @@ impl Job {
     /// Header (written into `hdr`) and payload pointer of frame `k`.
     fn frame_parts(&self, k: u64, hdr: &mut [u8; 32]) -> (*const u8, *const u8) {
         match &self.source {
-            Source::Pool {
-                template,
-                fps,
-                threads,
-                payloads,
-                sets,
-            } => {
-                let t = (k % *threads as u64) as u32;
-                let set = k / *threads as u64;
-                frame_header(template, *fps, set, t).write_to(hdr);
-                let payload = template.payload_size();
-                let idx = (set as usize % sets) * *threads as usize + t as usize;
-                (hdr.as_ptr(), payloads[idx * payload..].as_ptr())
+            Source::Pool(p) => {
+                let (t, set) = ((k % p.threads as u64) as u32, k / p.threads as u64);
+                let (h, payload) = p.frame(set, t);
+                h.write_to(hdr);
+                (hdr.as_ptr(), payload.as_ptr())
             }
             Source::Replay { map, .. } => {
                 let off = k as usize * self.frame_size;

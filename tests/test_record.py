@@ -335,3 +335,25 @@ def test_stray_datagrams_before_the_first_frame_do_not_confuse_learning(tmp_path
     assert summary.datagrams_malformed == 5
     assert summary.frames_received == 1000 and summary.frame_size == FS
     assert out.stat().st_size == 1000 * FS
+
+
+def test_a_recording_verifies_against_the_generator(tmp_path: Path) -> None:
+    # The soak test's check: every recorded frame regenerated and compared, nothing stored.
+    out = tmp_path / "v.vdif"
+    summary, sent = record_while_sending(tmp_path, dict(path=out), dict(frames=3000, fps=5000, threads=2, seed=7, **START))
+    args = dict(fps=5000, threads=2, seed=7, **START)
+    v = json.loads(vdifrec._core.verify_sent(str(out), **args))
+    assert {k: v[k] for k in ("frames", "matching", "differing", "out_of_order", "first_difference")} == {
+        "frames": 3000, "matching": 3000, "differing": 0, "out_of_order": 0, "first_difference": None}
+    data = bytearray(out.read_bytes())
+    data[1234 * FS + 100] ^= 0x10  # one bit of one payload
+    out.write_bytes(bytes(data))
+    v = json.loads(vdifrec._core.verify_sent(str(out), **args))
+    assert v["differing"] == 1 and v["first_difference"] == 1234 * FS
+    assert json.loads(vdifrec._core.verify_sent(str(out), **(args | {"seed": 8})))["matching"] == 0
+    # A frame repeated later (intact bytes, wrong place) is out of order, not differing.
+    data = bytearray(out.read_bytes())
+    data[2000 * FS:2001 * FS] = data[10 * FS:11 * FS]
+    out.write_bytes(bytes(data))
+    v = json.loads(vdifrec._core.verify_sent(str(out), **args))
+    assert (v["differing"], v["out_of_order"]) == (1, 1)

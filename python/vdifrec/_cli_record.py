@@ -110,7 +110,10 @@ def add_record(sub: Any) -> None:
     p.add_argument("--writer-cpu", type=_nonneg_int("--writer-cpu"), default=None, help="pin the writer thread to this CPU")
     p.add_argument("--no-direct", action="store_true", help="buffered writes instead of O_DIRECT")
     p.add_argument("--rcvbuf", type=_size("--rcvbuf"), default=256 << 20, help="socket receive buffer to ask for (default 256MiB)")
-    p.add_argument("--backend", default="udp", choices=["udp"], help="capture backend")
+    p.add_argument("--backend", default="udp", choices=["udp", "afpacket", "pfring"],
+                   help="capture backend: udp (default, no privileges), afpacket (TPACKET_V3 on --interface, CAP_NET_RAW), pfring (PF_RING on --interface)")
+    p.add_argument("--interface", default=None, help="network interface for the afpacket and pfring backends")
+    p.add_argument("--pfring-library", default=None, help="path of libpfring.so (default: the system's)")
     p.add_argument("--summary-json", default=None, help="write the summary (every counter, every second) as JSON here")
     p.add_argument("--status-listen", default=None, help="serve GET /status (JSON) and /metrics (Prometheus) at HOST:PORT (PORT alone: localhost)")
     p.add_argument("--quiet", action="store_true", help="no per-second table")
@@ -142,12 +145,17 @@ def run_record(a: argparse.Namespace) -> int:
         rcvbuf=a.rcvbuf,
         max_frames=a.frames,
         status_listen=a.status_listen,
+        interface=a.interface,
+        pfring_library=a.pfring_library,
     )
     with sigterm_as_interrupt():
         try:
             rec.start()
         except (_core.OutputError, _core.PortInUseError, ValueError) as exc:
             raise UsageError(str(exc)) from None
+        except _core.RecorderError as exc:
+            print(f"vdifrec record: {exc}", file=sys.stderr)
+            return 1
         summary = follow(rec, duration=a.duration, quiet=a.quiet, bind=a.bind)
     print_summary(summary, sys.stdout)
     if a.summary_json:
@@ -175,8 +183,7 @@ def follow(rec: Recorder, duration: float | None, quiet: bool, bind: str, out: A
         notes_shown = len(notes)
 
     show_notes()
-    host, port = rec.address
-    print(f"listening on {host}:{port}", file=out, flush=True)
+    print(f"listening on {rec.listening}", file=out, flush=True)
     if rec.status_address is not None:
         print(f"status on http://{rec.status_address[0]}:{rec.status_address[1]}/status and /metrics", file=out, flush=True)
     rows = 0
@@ -199,8 +206,9 @@ def follow(rec: Recorder, duration: float | None, quiet: bool, bind: str, out: A
             s = rec.stats()
             quiet_for = s.seconds_since_datagram if s.seconds_since_datagram is not None else time.monotonic() - start
             if quiet_for >= IDLE_WARNING_S and not idle_warned:
-                hint = " (127.0.0.1 hears only this host: --bind 0.0.0.0 or the interface address)" if bind.startswith("127.") else ""
-                print(f"no packets for {quiet_for:.0f} s on {host}:{port}{hint}", file=out, flush=True)
+                local_only = rec.backend == "udp" and bind.startswith("127.")
+                hint = " (127.0.0.1 hears only this host: --bind 0.0.0.0 or the interface address)" if local_only else ""
+                print(f"no packets for {quiet_for:.0f} s on {rec.listening}{hint}", file=out, flush=True)
                 idle_warned = True
             elif quiet_for < 1.0 and idle_warned:
                 print("packets again", file=out, flush=True)

@@ -27,12 +27,14 @@ __all__ = [
     "check",
     "cross_frames",
     "decode_payloads",
+    "disk_write_test",
     "find_tones",
     "generate",
     "parse_size_arg",
     "plain_lut_decode",
     "spectrum_frames",
     "two_bit_state_fractions",
+    "verify_sent",
     "writer_throughput",
     "__version__",
 ]
@@ -89,6 +91,9 @@ class Recorder:
         disk_limit: int | None = None,
         big_endian: bool = False,
         status_listen: str | None = None,
+        interface: str | None = None,
+        pfring_library: str | None = None,
+        pfring_check_module: bool = True,
     ) -> Recorder: ...
     def start(self) -> tuple[str, int]:
         """Binds, allocates the ring, starts the threads; the bound (host, port)."""
@@ -189,6 +194,28 @@ def cross_frames(
 def bit_states(
     frames: npt.NDArray[np.uint8], header_size: int, bits: int, nchan: int, complex: bool
 ) -> npt.NDArray[np.uint64]: ...
+def verify_sent(
+    path: str | PathLike[str],
+    *,
+    ref_epoch: int,
+    start_second: int,
+    fps: int = 125000,
+    frame_size: int = 8224,
+    nchan: int = 4,
+    bits: int = 2,
+    threads: int = 1,
+    tone_mhz: float | None = None,
+    tone_amplitude: float = 0.3,
+    seed: int = 1,
+    station: int = 0,
+    edv: int = 0,
+    pool: int = 1024,
+) -> str:
+    """Compares a recording frame by frame with what ``vdifrec send`` sent (JSON)."""
+def disk_write_test(
+    directory: str | PathLike[str], block: int, threads: int, max_bytes: int, seconds: float
+) -> tuple[float, bool]:
+    """Host probe: (bytes per second, O_DIRECT used) of a short write test."""
 def writer_throughput(directory: str | PathLike[str], total_bytes: int, frame_size: int = 8224, direct: bool = True) -> str:
     """Benchmark probe: the writer alone, fed from memory (JSON)."""
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _cli_monitor, _cli_quality, _cli_record, _cli_watch, _core
+from . import _cli_doctor, _cli_monitor, _cli_quality, _cli_record, _cli_watch, _core
 from .files import check, generate
 
 __all__ = ["main"]
@@ -227,6 +227,7 @@ _COMMANDS: list[Callable[[Any], None]] = [
     _cli_monitor.add_monitor,
     _cli_quality.add_quality,
     _cli_watch.add_watch,
+    _cli_doctor.add_doctor,
     _cli_record.add_demo,
 ]
 

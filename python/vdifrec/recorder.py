@@ -85,7 +85,16 @@ class Recorder:
     direct : bool
         Use O_DIRECT where the file system allows it (default True).
     backend : str
-        ``"udp"``.
+        ``"udp"`` (a UDP socket; the default, no privileges needed), ``"afpacket"`` (a
+        TPACKET_V3 ring on ``interface``; needs CAP_NET_RAW) or ``"pfring"`` (PF_RING on
+        ``interface``, ``libpfring.so`` loaded at run time; ``pfring_library`` overrides which).
+    interface : str, optional
+        The network interface for the afpacket and pfring backends.
+    pfring_library : str or path, optional
+        The ``libpfring.so`` to load (default: the loader's ``libpfring.so``, ``.so.8``, ``.so.1``).
+    pfring_check_module : bool
+        Refuse to start when the ``pf_ring`` kernel module is not loaded (default True: a
+        clearer error than PF_RING's own; off only for a stand-in library in tests).
     multicast : str, optional
         Multicast group to join.
     rcvbuf : int or str
@@ -95,6 +104,13 @@ class Recorder:
         Stop capturing after this many frames.
     big_endian : bool
         The sender writes headers with each 32-bit word byte-swapped (recorded as received).
+    huge_pages, mlock : bool
+        Back the ring with huge pages when reserved, and lock it in memory when permitted
+        (both default True; a refusal is a note, never an error).
+    throttle : int or str, optional
+        Test aid: limit the writer to this many bytes per second (``"2MB"``), a slow disk.
+    disk_limit : int or str, optional
+        Test aid: the writer behaves as if the disk were full after this many bytes.
     status_listen : str, optional
         Serve ``GET /status`` (JSON) and ``GET /metrics`` (Prometheus) at ``"HOST:PORT"``
         (``"8089"`` alone means 127.0.0.1:8089; port 0 picks a free one, see
@@ -139,6 +155,9 @@ class Recorder:
         disk_limit: int | str | None = None,
         big_endian: bool = False,
         status_listen: str | None = None,
+        interface: str | None = None,
+        pfring_library: str | os.PathLike[str] | None = None,
+        pfring_check_module: bool = True,
     ) -> None:
         _check_int("port", port, 0, 65535)
         _check_int("frame_size", frame_size, 1)
@@ -174,8 +193,13 @@ class Recorder:
             disk_limit=to_bytes(disk_limit, "disk_limit"),
             big_endian=big_endian,
             status_listen=status_listen,
+            interface=interface,
+            pfring_library=os.fspath(pfring_library) if pfring_library is not None else None,
+            pfring_check_module=pfring_check_module,
         )
         self.address: tuple[str, int] | None = None
+        self.backend = backend
+        self.interface = interface
         self._rows_seen = 0
         self._summary: Summary | None = None
 
@@ -185,6 +209,17 @@ class Recorder:
         host, port = self._core.start()
         self.address = (host, port)
         return self
+
+    @property
+    def listening(self) -> str:
+        """Where the stream is taken from, for the operator: ``ADDRESS:PORT`` for the UDP
+        backend, ``INTERFACE:PORT (backend)`` for the raw ones, which read the interface and
+        keep the packets for that UDP port."""
+        if self.address is None:
+            return "(not started)"
+        if self.backend == "udp":
+            return f"{self.address[0]}:{self.address[1]}"
+        return f"{self.interface}:{self.address[1]} ({self.backend})"
 
     def stop(self) -> Summary:
         """Stops capturing, drains the ring to disk and returns the summary (same one if called again)."""

@@ -5,10 +5,13 @@
 //! then counted as ring overflows), into a large scratch buffer while the frame size is still
 //! unknown. Classification, compaction, accounting and publishing are the same for all.
 
+pub mod afpacket;
+pub mod packet;
+pub mod pfring;
 pub mod udp;
 
 use crate::accounting::{Accounting, Fate, GapPolicy};
-use crate::classify::{learn_format_parts, swapped_header, Malformed, StreamFormat};
+use crate::classify::{learn_datagram, Malformed, StreamFormat};
 use crate::recorder::Shared;
 use crate::ring::{Ring, RingMemory};
 use crate::stats::{CaptureStats, FrameTime, RecordRow};
@@ -53,6 +56,37 @@ pub trait Backend: Send {
 
     /// Datagrams the kernel dropped for lack of buffer space, since the start.
     fn kernel_drops(&mut self) -> u64;
+
+    /// IP fragments to our port seen so far (backends that see whole packets cannot
+    /// reassemble them; the udp backend never sees them).
+    fn fragments(&self) -> u64 {
+        0
+    }
+}
+
+/// Copies a captured datagram into `dst` as the udp backend receives one: its first `offset`
+/// bytes go to the packet sequence number, at most `stride` bytes after them to `dst`.
+/// `udp_len` is the datagram's length (more than `payload` holds if the capture cut it).
+///
+/// # Safety
+/// `dst` must be valid for `stride` bytes.
+pub(crate) unsafe fn deliver(
+    payload: &[u8],
+    udp_len: usize,
+    offset: usize,
+    dst: *mut u8,
+    stride: usize,
+) -> DatagramInfo {
+    let body = payload.get(offset..).unwrap_or(&[]);
+    let n = body.len().min(stride);
+    // SAFETY: n <= stride bytes into the caller's buffer.
+    unsafe { std::ptr::copy_nonoverlapping(body.as_ptr(), dst, n) };
+    DatagramInfo {
+        len: udp_len,
+        truncated: udp_len > offset + stride || payload.len() < udp_len,
+        psn: (offset >= 8 && payload.len() >= 8)
+            .then(|| u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"))),
+    }
 }
 
 /// Everything the capture loop needs besides its backend.
@@ -146,6 +180,9 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
         acc.set_wall_clock(unix_now());
         if now.duration_since(last_publish) >= PUBLISH_EVERY {
             c.stats.kernel_drops = backend.kernel_drops();
+            c.stats
+                .malformed
+                .set(Malformed::Fragmented, backend.fragments());
             c.stats.capture_setup_cpu_s = setup_cpu;
             publish(&shared, &mut c, &acc, now, ring.as_deref());
             last_publish = now;
@@ -189,27 +226,24 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
             let info = infos[0];
             count_psn(&mut c, psn_on, &info);
             c.stats.bytes_received += info.len as u64;
-            let frame_len = info.len.saturating_sub(offset);
-            let learned = (!info.truncated && info.len >= offset)
-                .then(|| {
-                    let frame = &learn_buf[..frame_len];
-                    if big_endian {
-                        learn_format_parts(frame_len, &swapped_header(frame))
-                    } else {
-                        learn_format_parts(frame_len, frame)
-                    }
-                })
-                .flatten();
-            let learned = learned.filter(|f| setup_frame_size.is_none_or(|fs| fs == f.frame_size));
-            let Some(f) = learned else {
-                c.stats.malformed.add(if info.len < offset + 16 {
-                    Malformed::TooShort
-                } else {
-                    Malformed::BadFrameLength
-                });
-                continue;
+            let frame_len = info.len.saturating_sub(offset).min(MAX_DATAGRAM);
+            let learned = learn_datagram(
+                info.len,
+                info.truncated,
+                offset,
+                &learn_buf[..frame_len],
+                big_endian,
+                setup_frame_size,
+            );
+            let (f, h) = match learned {
+                Ok(v) => v,
+                Err(kind) => {
+                    c.stats.malformed.add(kind);
+                    continue;
+                }
             };
             if ring.is_none() {
+                let before = crate::affinity::thread_cpu_seconds();
                 match install_ring(
                     &shared,
                     memory.take().expect("memory"),
@@ -222,6 +256,7 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
                         break;
                     }
                 }
+                setup_cpu += crate::affinity::thread_cpu_seconds() - before;
             }
             format = Some(f);
             let r = ring.as_ref().expect("installed");
@@ -230,12 +265,6 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
             unsafe {
                 std::ptr::copy_nonoverlapping(learn_buf.as_ptr(), r.slot_ptr(0), frame_len);
             }
-            let h = if big_endian {
-                crate::vdif::Header::parse_unchecked(&swapped_header(&learn_buf[..frame_len]))
-            } else {
-                crate::vdif::Header::parse_unchecked(&learn_buf[..frame_len])
-            }
-            .expect("learned");
             acc.frame(&h, Fate::Buffered);
             note_frame_time(&mut c, &h);
             seq = 1;
@@ -250,20 +279,9 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
         for (i, info) in infos[..n].iter().enumerate() {
             count_psn(&mut c, psn_on, info);
             c.stats.bytes_received += info.len as u64;
-            let kind = if info.truncated || info.len > offset + fs {
-                Some(Malformed::TooLong)
-            } else if info.len < offset + fs {
-                Some(Malformed::TooShort)
-            } else {
-                None
-            };
-            // SAFETY: datagram i was written at dst + i * fs, fs bytes long (checked above).
+            // SAFETY: datagram i was written at dst + i * fs, at most fs bytes.
             let frame = unsafe { std::slice::from_raw_parts(dst.add(i * fs), fs) };
-            let header = match kind {
-                Some(k) => Err(k),
-                None if big_endian => f.classify_parts(fs, &swapped_header(frame)),
-                None => f.classify(frame),
-            };
+            let header = f.classify_datagram(info.len, info.truncated, offset, frame, big_endian);
             let h = match header {
                 Ok(h) => h,
                 Err(k) => {
@@ -296,6 +314,9 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
     // Stopping: publish the last frames and count the last (partial) seconds.
     acc.finish();
     c.stats.kernel_drops = backend.kernel_drops();
+    c.stats
+        .malformed
+        .set(Malformed::Fragmented, backend.fragments());
     c.stats.capture_setup_cpu_s = setup_cpu;
     emit_rows(&shared, &mut c, &mut acc, ring.as_deref());
     publish(&shared, &mut c, &acc, Instant::now(), ring.as_deref());

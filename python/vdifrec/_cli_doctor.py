@@ -1,0 +1,40 @@
+"""`vdifrec doctor`: the host's tuning, checked, with the commands that fix what is not."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ._cli_record import _size
+from .doctor import run_checks
+
+MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skip": "--"}
+
+
+def add_doctor(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="check this host's tuning for loss-free recording (each finding with its fix)")
+    p.add_argument("--interface", default=None, help="the network interface the stream arrives on")
+    p.add_argument("--path", default=".", help="where recordings go (free space, write test; default .)")
+    p.add_argument("--ring", type=_size("--ring"), default=1 << 30, help="the ring size you record with (default 1GiB)")
+    p.add_argument("--quick", action="store_true", help="a shorter write test (the whole run under 5 s)")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON, keyed by check")
+    p.set_defaults(func=run_doctor)
+
+
+def run_doctor(a: argparse.Namespace) -> int:
+    findings = run_checks(a.interface, a.path, a.quick, a.ring)
+    if a.json:
+        print(json.dumps({f.name: f.to_dict() for f in findings}, indent=1))
+    else:
+        width = max(len(f.name) for f in findings)
+        for f in findings:
+            print(f"{f.name:<{width}}  {MARK[f.status]:<4}  {f.message}")
+            if f.fix and f.status in ("warn", "fail"):
+                print(f"{'':<{width}}        fix: {f.fix}")
+    return 1 if any(f.status == "fail" for f in findings) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_doctor(argparse.Namespace(interface=None, path=".", ring=1 << 30, quick=True, json=False)))
