@@ -6,8 +6,8 @@
 //! Kernel drops come from PACKET_STATISTICS, which resets on every read, so they are summed.
 //! Opening the socket needs CAP_NET_RAW.
 
-use super::packet::{udp_payload, Packet};
-use super::{deliver, Backend, DatagramInfo};
+use super::packet::PortFilter;
+use super::{Backend, DatagramInfo};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use thiserror::Error;
@@ -78,11 +78,9 @@ pub struct AfPacketBackend {
     /// Position inside the current block: packets left and byte offset of the next one.
     pkts_left: u32,
     next: usize,
-    port: u16,
-    offset: usize,
+    /// Which packets are ours; it counts the IP fragments to our port.
+    filter: PortFilter,
     drops: u64,
-    /// Packets of our port that arrived as IP fragments.
-    pub fragments: u64,
 }
 
 // SAFETY: the mapping belongs to this backend alone and is used by one thread at a time.
@@ -206,10 +204,8 @@ impl AfPacketBackend {
                     block: 0,
                     pkts_left: 0,
                     next: 0,
-                    port,
-                    offset,
+                    filter: PortFilter::new(port, offset),
                     drops: 0,
-                    fragments: 0,
                 },
                 notes,
             ))
@@ -287,16 +283,10 @@ impl Backend for AfPacketBackend {
                 let next = std::ptr::read_unaligned(h.add(PKT_NEXT_OFFSET) as *const u32) as usize;
                 (std::slice::from_raw_parts(h.add(mac), snaplen), next)
             };
-            match udp_payload(packet, self.port) {
-                Packet::Datagram { payload, udp_len } => {
-                    // SAFETY: the caller guarantees dst holds max * stride bytes.
-                    info[n] = unsafe {
-                        deliver(payload, udp_len, self.offset, dst.add(n * stride), stride)
-                    };
-                    n += 1;
-                }
-                Packet::Fragment => self.fragments += 1,
-                Packet::Other => {}
+            // SAFETY: the caller guarantees dst holds max * stride bytes.
+            if let Some(d) = unsafe { self.filter.take(packet, dst.add(n * stride), stride) } {
+                info[n] = d;
+                n += 1;
             }
             self.pkts_left -= 1;
             self.next += next_offset;
@@ -328,7 +318,7 @@ impl Backend for AfPacketBackend {
     }
 
     fn fragments(&self) -> u64 {
-        self.fragments
+        self.filter.fragments
     }
 }
 

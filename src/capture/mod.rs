@@ -64,31 +64,6 @@ pub trait Backend: Send {
     }
 }
 
-/// Copies a captured datagram into `dst` as the udp backend receives one: its first `offset`
-/// bytes go to the packet sequence number, at most `stride` bytes after them to `dst`.
-/// `udp_len` is the datagram's length (more than `payload` holds if the capture cut it).
-///
-/// # Safety
-/// `dst` must be valid for `stride` bytes.
-pub(crate) unsafe fn deliver(
-    payload: &[u8],
-    udp_len: usize,
-    offset: usize,
-    dst: *mut u8,
-    stride: usize,
-) -> DatagramInfo {
-    let body = payload.get(offset..).unwrap_or(&[]);
-    let n = body.len().min(stride);
-    // SAFETY: n <= stride bytes into the caller's buffer.
-    unsafe { std::ptr::copy_nonoverlapping(body.as_ptr(), dst, n) };
-    DatagramInfo {
-        len: udp_len,
-        truncated: udp_len > offset + stride || payload.len() < udp_len,
-        psn: (offset >= 8 && payload.len() >= 8)
-            .then(|| u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"))),
-    }
-}
-
 /// Everything the capture loop needs besides its backend.
 pub struct CaptureSetup {
     pub shared: Arc<Shared>,

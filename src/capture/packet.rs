@@ -3,6 +3,8 @@
 //! IP fragments cannot be reassembled here: they are reported as such (the fix is an MTU that
 //! fits a frame, 9000 for 8224-byte frames).
 
+use super::DatagramInfo;
+
 const ETH_HEADER: usize = 14;
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86DD;
@@ -20,6 +22,58 @@ pub enum Packet<'a> {
     Fragment,
     /// Anything else on the link: not ours, not counted.
     Other,
+}
+
+/// What the raw backends keep of the packets they see: the UDP datagrams to one port,
+/// delivered as the udp backend would receive them; IP fragments to that port are counted.
+pub struct PortFilter {
+    pub port: u16,
+    /// Leading bytes of each datagram that are not the frame (8: a PSN).
+    pub offset: usize,
+    pub fragments: u64,
+}
+
+impl PortFilter {
+    pub fn new(port: u16, offset: usize) -> PortFilter {
+        PortFilter {
+            port,
+            offset,
+            fragments: 0,
+        }
+    }
+
+    /// If `packet` carries a datagram to our port, copies it into `dst` (its first `offset`
+    /// bytes go to the packet sequence number, at most `stride` bytes after them to `dst`)
+    /// and says what arrived; `None` for anything else.
+    ///
+    /// # Safety
+    /// `dst` must be valid for `stride` bytes.
+    pub unsafe fn take(
+        &mut self,
+        packet: &[u8],
+        dst: *mut u8,
+        stride: usize,
+    ) -> Option<DatagramInfo> {
+        let (payload, udp_len) = match udp_payload(packet, self.port) {
+            Packet::Datagram { payload, udp_len } => (payload, udp_len),
+            Packet::Fragment => {
+                self.fragments += 1;
+                return None;
+            }
+            Packet::Other => return None,
+        };
+        let offset = self.offset;
+        let body = payload.get(offset..).unwrap_or(&[]);
+        let n = body.len().min(stride);
+        // SAFETY: n <= stride bytes into the caller's buffer.
+        unsafe { std::ptr::copy_nonoverlapping(body.as_ptr(), dst, n) };
+        Some(DatagramInfo {
+            len: udp_len,
+            truncated: udp_len > offset + stride || payload.len() < udp_len,
+            psn: (offset >= 8 && payload.len() >= 8)
+                .then(|| u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"))),
+        })
+    }
 }
 
 #[inline]
@@ -177,5 +231,34 @@ pub mod tests {
                 udp_len: 100
             }
         );
+    }
+
+    #[test]
+    fn the_filter_delivers_ours_strips_the_psn_and_counts_fragments() {
+        let mut f = PortFilter::new(46227, 8);
+        let mut datagram = 0x0102_0304_0506_0708u64.to_le_bytes().to_vec();
+        datagram.extend_from_slice(b"frame bytes");
+        let mut dst = [0u8; 32];
+        // SAFETY: dst holds the stride of bytes.
+        let got =
+            unsafe { f.take(&ipv4_packet(&datagram, 46227, 1), dst.as_mut_ptr(), 32) }.unwrap();
+        assert_eq!(&dst[..11], b"frame bytes");
+        assert_eq!(
+            (got.len, got.truncated, got.psn),
+            (19, false, Some(0x0102_0304_0506_0708))
+        );
+        // Longer than the slot: cut at the stride and flagged, as MSG_TRUNC would.
+        let mut small = [0u8; 4];
+        // SAFETY: small holds the stride of bytes.
+        let got =
+            unsafe { f.take(&ipv4_packet(&datagram, 46227, 0), small.as_mut_ptr(), 4) }.unwrap();
+        assert_eq!((&small, got.truncated), (b"fram", true));
+        // SAFETY: as above; nothing is written for packets that are not ours.
+        assert!(unsafe { f.take(&ipv4_packet(&datagram, 9, 0), dst.as_mut_ptr(), 32) }.is_none());
+        let mut frag = ipv4_packet(&datagram, 46227, 0);
+        frag[20] = 0x20;
+        // SAFETY: as above.
+        assert!(unsafe { f.take(&frag, dst.as_mut_ptr(), 32) }.is_none());
+        assert_eq!(f.fragments, 1);
     }
 }

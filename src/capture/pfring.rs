@@ -7,8 +7,8 @@
 //! PF_RING 8.9.0). The socket is opened RX only, receive only, and read without copying in the
 //! library: each packet's UDP payload is copied once, into the vdifrec ring.
 
-use super::packet::{udp_payload, Packet};
-use super::{deliver, Backend, DatagramInfo};
+use super::packet::PortFilter;
+use super::{Backend, DatagramInfo};
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::io;
@@ -251,11 +251,10 @@ pub fn module_loaded() -> bool {
 pub struct PfRingBackend {
     api: Api,
     ring: *mut c_void,
-    port: u16,
-    offset: usize,
+    /// Which packets are ours; it counts the IP fragments to our port.
+    filter: PortFilter,
     hdr: [u8; PKTHDR_SIZE + 64],
     drops: u64,
-    fragments: u64,
 }
 
 // SAFETY: the PF_RING handle is used by the capture thread alone after it is moved there.
@@ -287,11 +286,9 @@ impl PfRingBackend {
         let mut backend = PfRingBackend {
             api,
             ring,
-            port,
-            offset,
+            filter: PortFilter::new(port, offset),
             hdr: [0; PKTHDR_SIZE + 64],
             drops: 0,
-            fragments: 0,
         };
         let call = |name: &'static str, code: c_int| {
             if code < 0 {
@@ -375,16 +372,10 @@ impl Backend for PfRingBackend {
             );
             // SAFETY: PF_RING guarantees caplen bytes at buf until the next receive.
             let packet = unsafe { std::slice::from_raw_parts(buf, caplen as usize) };
-            match udp_payload(packet, self.port) {
-                Packet::Datagram { payload, udp_len } => {
-                    // SAFETY: the caller guarantees dst holds max * stride bytes.
-                    info[n] = unsafe {
-                        deliver(payload, udp_len, self.offset, dst.add(n * stride), stride)
-                    };
-                    n += 1;
-                }
-                Packet::Fragment => self.fragments += 1,
-                Packet::Other => {}
+            // SAFETY: the caller guarantees dst holds max * stride bytes.
+            if let Some(d) = unsafe { self.filter.take(packet, dst.add(n * stride), stride) } {
+                info[n] = d;
+                n += 1;
             }
         }
         Ok(n)
@@ -401,7 +392,7 @@ impl Backend for PfRingBackend {
     }
 
     fn fragments(&self) -> u64 {
-        self.fragments
+        self.filter.fragments
     }
 }
 
