@@ -6,7 +6,7 @@ use crate::recorder::Shared;
 use crate::ring::{Ring, RingMemory};
 use crate::writer::{self, Target, WriterConfig};
 use serde::Serialize;
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::{SockAddr, Socket};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -35,32 +35,8 @@ pub struct DiscardReceiver {
 
 impl DiscardReceiver {
     pub fn start(bind: IpAddr, port: u16, rcvbuf: usize) -> std::io::Result<DiscardReceiver> {
-        let domain = if bind.is_ipv6() {
-            Domain::IPV6
-        } else {
-            Domain::IPV4
-        };
-        let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-        let val = rcvbuf as libc::c_int;
-        // SAFETY: int socket options on our socket.
-        unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                &val as *const _ as *const libc::c_void,
-                4,
-            );
-            let on: libc::c_int = 1;
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RXQ_OVFL,
-                &on as *const _ as *const libc::c_void,
-                4,
-            );
-        }
-        socket.set_read_timeout(Some(Duration::from_millis(50)))?;
+        // Tuned exactly as the udp backend's socket, so the comparison is of the loops alone.
+        let (socket, _) = crate::capture::udp::receive_socket(bind, rcvbuf)?;
         socket.bind(&SockAddr::from(SocketAddr::new(bind, port)))?;
         let local = socket.local_addr()?.as_socket().expect("an inet socket");
         let stop = Arc::new(AtomicBool::new(false));
@@ -129,14 +105,9 @@ fn discard_loop(socket: Socket, stop: &AtomicBool, received: &AtomicU64) -> Disc
         }
         result.datagrams += n as u64;
         received.store(result.datagrams, Ordering::Relaxed);
-        // SAFETY: reading the control data of the last message, as the udp backend does.
-        unsafe {
-            let hdr = &msgs[n as usize - 1].msg_hdr;
-            let cmsg = libc::CMSG_FIRSTHDR(hdr);
-            if !cmsg.is_null() && (*cmsg).cmsg_type == libc::SO_RXQ_OVFL {
-                let d = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const u32);
-                result.kernel_drops = result.kernel_drops.max(d as u64);
-            }
+        // The kernel's drop counter, read from the last message as the udp backend does.
+        if let Some(d) = crate::capture::udp::rxq_overflow(&msgs[n as usize - 1].msg_hdr) {
+            result.kernel_drops = result.kernel_drops.max(d as u64);
         }
     }
     result.cpu_s = crate::affinity::thread_cpu_seconds() - cpu0;

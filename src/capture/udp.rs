@@ -67,31 +67,9 @@ impl UdpBackend {
     /// Creates, tunes and binds the socket. Returns it, the bound address (the real port when
     /// 0 was asked) and notes for the operator about what the kernel granted.
     pub fn bind(cfg: &UdpConfig) -> Result<(UdpBackend, SocketAddr, Vec<String>), UdpError> {
-        let domain = if cfg.bind.is_ipv6() {
-            Domain::IPV6
-        } else {
-            Domain::IPV4
-        };
-        let socket = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))
-            .map_err(UdpError::Socket)?;
-        let mut notes = Vec::new();
-        notes.push(set_receive_buffer(&socket, cfg.rcvbuf));
-        // SAFETY: setsockopt with an int option on our socket.
-        unsafe {
-            let on: libc::c_int = 1;
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RXQ_OVFL,
-                &on as *const _ as *const libc::c_void,
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
-        socket
-            .set_read_timeout(Some(std::time::Duration::from_millis(
-                RECEIVE_TIMEOUT_MS as u64,
-            )))
-            .map_err(UdpError::Socket)?;
+        let (socket, buffer_note) =
+            receive_socket(cfg.bind, cfg.rcvbuf).map_err(UdpError::Socket)?;
+        let mut notes = vec![buffer_note];
         let addr = SocketAddr::new(cfg.bind, cfg.port);
         socket
             .bind(&SockAddr::from(addr))
@@ -135,6 +113,35 @@ impl UdpBackend {
         };
         Ok((backend, local, notes))
     }
+}
+
+/// A UDP socket for an address of `bind`'s family, tuned as every receiver here wants it
+/// (vdifrec's capture and the benchmarks' discard loop alike): the receive buffer as large as
+/// allowed (the note says what was granted), kernel drops reported (SO_RXQ_OVFL), and a read
+/// timeout so that a stop flag is seen. Not yet bound.
+pub fn receive_socket(bind: IpAddr, rcvbuf: usize) -> io::Result<(Socket, String)> {
+    let domain = if bind.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let socket = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
+    let note = set_receive_buffer(&socket, rcvbuf);
+    // SAFETY: setsockopt with an int option on our socket.
+    unsafe {
+        let on: libc::c_int = 1;
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RXQ_OVFL,
+            &on as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    socket.set_read_timeout(Some(std::time::Duration::from_millis(
+        RECEIVE_TIMEOUT_MS as u64,
+    )))?;
+    Ok((socket, note))
 }
 
 /// Asks for `want` bytes of receive buffer: SO_RCVBUFFORCE (root/CAP_NET_ADMIN) first, else
@@ -246,7 +253,7 @@ impl Backend for UdpBackend {
 }
 
 /// The SO_RXQ_OVFL counter in a received message's control data.
-fn rxq_overflow(hdr: &libc::msghdr) -> Option<u32> {
+pub(crate) fn rxq_overflow(hdr: &libc::msghdr) -> Option<u32> {
     // SAFETY: walking the control buffer the kernel filled, with the libc macros.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
