@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from ._cli_record import _size
+from ._cli_args import size
 from .doctor import run_checks
 
 MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skip": "--"}
@@ -17,7 +17,7 @@ def add_doctor(sub: Any) -> None:
     p = sub.add_parser("doctor", help="check this host's tuning for loss-free recording (each finding with its fix)")
     p.add_argument("--interface", default=None, help="the network interface the stream arrives on")
     p.add_argument("--path", default=".", help="where recordings go (free space, write test; default .)")
-    p.add_argument("--ring", type=_size("--ring"), default=1 << 30, help="the ring size you record with (default 1GiB)")
+    p.add_argument("--ring", type=size("--ring"), default=1 << 30, help="the ring size you record with (default 1GiB)")
     p.add_argument("--quick", action="store_true", help="a shorter write test (the whole run under 5 s)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON, keyed by check")
     p.set_defaults(func=run_doctor)

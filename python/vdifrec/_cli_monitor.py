@@ -22,7 +22,7 @@ import time
 from typing import Any, TextIO
 
 from . import _core
-from ._cli_record import UsageError, _nonneg_int, _positive, sigterm_as_interrupt
+from ._cli_args import UsageError, nonneg_int, positive, sigterm_as_interrupt
 from .recorder import Recorder
 from .reports import SecondRow, ThreadSecond
 
@@ -73,15 +73,15 @@ def add_monitor(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("port", type=_nonneg_int("port"), help="UDP port")
+    p.add_argument("port", type=nonneg_int("port"), help="UDP port")
     p.add_argument("--bind", default="127.0.0.1", help="address to listen on (0.0.0.0 for the network)")
-    p.add_argument("--offset", type=_nonneg_int("--offset"), default=0, help="bytes before each frame to skip (8 for a PSN)")
-    p.add_argument("--thread", type=_nonneg_int("--thread"), default=None, help="show only this VDIF thread")
-    p.add_argument("--cpu", type=_nonneg_int("--cpu"), default=None, help="pin the capture thread to this CPU")
+    p.add_argument("--offset", type=nonneg_int("--offset"), default=0, help="bytes before each frame to skip (8 for a PSN)")
+    p.add_argument("--thread", type=nonneg_int("--thread"), default=None, help="show only this VDIF thread")
+    p.add_argument("--cpu", type=nonneg_int("--cpu"), default=None, help="pin the capture thread to this CPU")
     p.add_argument("--bigendian", action="store_true", help="headers are big-endian (each 32-bit word byte-swapped)")
-    p.add_argument("--fps", type=_positive("--fps", int), default=None, help="frames per second per thread (default: learned)")
+    p.add_argument("--fps", type=positive("--fps", int), default=None, help="frames per second per thread (default: learned)")
     p.add_argument("--ring", default="256MiB", help="ring buffer size (default 256MiB)")
-    p.add_argument("--duration", type=_positive("--duration"), default=None, help="stop after this many seconds")
+    p.add_argument("--duration", type=positive("--duration"), default=None, help="stop after this many seconds")
     p.set_defaults(func=run_monitor)
 
 

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from . import _core
-from ._cli_record import UsageError, _positive
+from ._cli_args import UsageError, positive
 from .quality import bstate, fringe, spectrum
 from .reader import Reader
 from .reader import open as open_reader
@@ -24,16 +24,16 @@ def _open(path: str, sample_rate: float | None) -> Reader:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sample-rate", type=_positive("--sample-rate"), default=None, help="Hz per channel, if the file cannot tell")
+    p.add_argument("--sample-rate", type=positive("--sample-rate"), default=None, help="Hz per channel, if the file cannot tell")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def add_quality(sub: Any) -> None:
     p = sub.add_parser("spectrum", help="autospectra of every channel, tones found (like m5spec)")
     p.add_argument("file", help="VDIF file")
-    p.add_argument("--nfft", type=_positive("--nfft", int), default=1024, help="spectral channels across the band (default 1024)")
-    p.add_argument("--nint", type=_positive("--nint", int), default=None, help="FFTs to average (default: the whole file)")
-    p.add_argument("--threshold", type=_positive("--threshold"), default=10.0, help="tone: times the noise floor (default 10)")
+    p.add_argument("--nfft", type=positive("--nfft", int), default=1024, help="spectral channels across the band (default 1024)")
+    p.add_argument("--nint", type=positive("--nint", int), default=None, help="FFTs to average (default: the whole file)")
+    p.add_argument("--threshold", type=positive("--threshold"), default=10.0, help="tone: times the noise floor (default 10)")
     p.add_argument("--plot", default=None, help="write a figure (one panel per channel, tones marked) here (.png)")
     p.add_argument("--m5spec", default=None, help="write m5spec's text form here: frequency (MHz), then each channel's power / mean")
     _common(p)
@@ -47,8 +47,8 @@ def add_quality(sub: Any) -> None:
     p = sub.add_parser("fringe", help="cross-correlate two files, or two channels/threads of one file")
     p.add_argument("files", nargs="+", metavar="FILE", help="one file (with --pair) or two files")
     p.add_argument("--pair", default=None, help="inputs to correlate, thread*nchan+channel: 'I,J' (default 0,1 for one file, 0,0 for two)")
-    p.add_argument("--nfft", type=_positive("--nfft", int), default=1024, help="spectral channels (lags: 2 nfft)")
-    p.add_argument("--nint", type=_positive("--nint", int), default=None, help="FFTs to integrate (default: all)")
+    p.add_argument("--nfft", type=positive("--nfft", int), default=1024, help="spectral channels (lags: 2 nfft)")
+    p.add_argument("--nint", type=positive("--nint", int), default=None, help="FFTs to integrate (default: all)")
     p.add_argument("--plot", default=None, help="write the lag amplitude figure here (.png)")
     _common(p)
     p.set_defaults(func=run_fringe)

@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from . import _core
+from ._cli_args import UsageError, nonneg_int, positive, sigterm_as_interrupt, size
 from .recorder import Recorder, Sender, parse_address
 from .reports import Summary
 from .table import HEADER, print_summary, row_line
@@ -22,60 +20,6 @@ from .table import HEADER, print_summary, row_line
 HEADER_EVERY = 40
 # Seconds without a datagram before the operator is told.
 IDLE_WARNING_S = 5.0
-
-
-class UsageError(Exception):
-    """A bad argument: the caller exits 2 with the message."""
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops a recording the way Ctrl-C does: drain, summarise, exit."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-def _size(name: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            return _core.parse_size_arg(name, text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return parse
-
-
-def _nonneg_int(name: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
-        if v < 0:
-            raise argparse.ArgumentTypeError(f"{name} must be 0 or more, got {text!r}")
-        return v
-
-    return parse
-
-
-def _positive(name: str, kind: type = float) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not v > 0:
-            raise argparse.ArgumentTypeError(f"{name} must be positive, got {text!r}")
-        return v
-
-    return parse
 
 
 # -- record -----------------------------------------------------------------------------------
@@ -90,7 +34,7 @@ def add_record(sub: Any) -> None:
         "second, and a summary. Exit status 0 when everything buffered reached the disk (network "
         "loss is reported, not an error), 1 otherwise, 2 on usage errors.",
     )
-    p.add_argument("--port", type=_nonneg_int("--port"), required=True, help="UDP port (0: any free port)")
+    p.add_argument("--port", type=nonneg_int("--port"), required=True, help="UDP port (0: any free port)")
     p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 or the interface address to hear the network)")
     p.add_argument("--multicast", default=None, help="multicast group to join")
     out = p.add_mutually_exclusive_group()
@@ -98,18 +42,18 @@ def add_record(sub: Any) -> None:
     out.add_argument("--dir", default=None, help="write {prefix}_{YYYY}y{DOY}d{HH}h{MM}m{SS}s.vdif files here")
     p.add_argument("--prefix", default="vdifrec", help="file-name prefix with --dir (default vdifrec)")
     p.add_argument("--no-write", action="store_true", help="monitor only: write nothing")
-    p.add_argument("--duration", type=_positive("--duration"), default=None, help="stop after this many seconds")
-    p.add_argument("--frames", type=_positive("--frames", int), default=None, help="stop after this many frames")
-    p.add_argument("--ring", type=_size("--ring"), default=1 << 30, help="ring buffer size (default 1GiB)")
-    p.add_argument("--frame-size", type=_positive("--frame-size", int), default=None, help="bytes per frame incl. header (default: learned from the first frame)")
-    p.add_argument("--offset", type=_nonneg_int("--offset"), default=0, help="bytes to strip before each frame (8 for a PSN)")
+    p.add_argument("--duration", type=positive("--duration"), default=None, help="stop after this many seconds")
+    p.add_argument("--frames", type=positive("--frames", int), default=None, help="stop after this many frames")
+    p.add_argument("--ring", type=size("--ring"), default=1 << 30, help="ring buffer size (default 1GiB)")
+    p.add_argument("--frame-size", type=positive("--frame-size", int), default=None, help="bytes per frame incl. header (default: learned from the first frame)")
+    p.add_argument("--offset", type=nonneg_int("--offset"), default=0, help="bytes to strip before each frame (8 for a PSN)")
     p.add_argument("--psn", action="store_true", help="count gaps in the 8-byte packet sequence numbers (with --offset 8)")
-    p.add_argument("--fps", type=_positive("--fps", int), default=None, help="frames per second per thread (default: learned)")
-    p.add_argument("--file-size", type=_size("--file-size"), default=None, help="start a new file after this many bytes")
-    p.add_argument("--capture-cpu", type=_nonneg_int("--capture-cpu"), default=None, help="pin the capture thread to this CPU")
-    p.add_argument("--writer-cpu", type=_nonneg_int("--writer-cpu"), default=None, help="pin the writer thread to this CPU")
+    p.add_argument("--fps", type=positive("--fps", int), default=None, help="frames per second per thread (default: learned)")
+    p.add_argument("--file-size", type=size("--file-size"), default=None, help="start a new file after this many bytes")
+    p.add_argument("--capture-cpu", type=nonneg_int("--capture-cpu"), default=None, help="pin the capture thread to this CPU")
+    p.add_argument("--writer-cpu", type=nonneg_int("--writer-cpu"), default=None, help="pin the writer thread to this CPU")
     p.add_argument("--no-direct", action="store_true", help="buffered writes instead of O_DIRECT")
-    p.add_argument("--rcvbuf", type=_size("--rcvbuf"), default=256 << 20, help="socket receive buffer to ask for (default 256MiB)")
+    p.add_argument("--rcvbuf", type=size("--rcvbuf"), default=256 << 20, help="socket receive buffer to ask for (default 256MiB)")
     p.add_argument("--backend", default="udp", choices=["udp", "afpacket", "pfring"],
                    help="capture backend: udp (default, no privileges), afpacket (TPACKET_V3 on --interface, CAP_NET_RAW), pfring (PF_RING on --interface)")
     p.add_argument("--interface", default=None, help="network interface for the afpacket and pfring backends")
@@ -237,25 +181,25 @@ def add_send(sub: Any) -> None:
         "bytes by default (8.224 Gbps). Faults can be injected: --drop, --reorder, --garbage.",
     )
     p.add_argument("--to", required=True, help="HOST:PORT to send to")
-    p.add_argument("--duration", type=_positive("--duration"), default=None, help="seconds of stream to send")
-    p.add_argument("--frames", type=_positive("--frames", int), default=None, help="frames to send (all threads)")
-    p.add_argument("--fps", type=_positive("--fps", int), default=125000, help="frames per second per thread (default 125000)")
-    p.add_argument("--frame-size", type=_positive("--frame-size", int), default=8224, help="bytes per frame incl. header (default 8224)")
-    p.add_argument("--nchan", type=_positive("--nchan", int), default=4, help="channels (default 4)")
+    p.add_argument("--duration", type=positive("--duration"), default=None, help="seconds of stream to send")
+    p.add_argument("--frames", type=positive("--frames", int), default=None, help="frames to send (all threads)")
+    p.add_argument("--fps", type=positive("--fps", int), default=125000, help="frames per second per thread (default 125000)")
+    p.add_argument("--frame-size", type=positive("--frame-size", int), default=8224, help="bytes per frame incl. header (default 8224)")
+    p.add_argument("--nchan", type=positive("--nchan", int), default=4, help="channels (default 4)")
     p.add_argument("--bits", type=int, choices=[1, 2, 4, 8], default=2, help="bits per sample (default 2)")
-    p.add_argument("--threads", type=_positive("--threads", int), default=1, help="VDIF threads (default 1)")
-    p.add_argument("--station", type=_nonneg_int("--station"), default=0, help="station id")
-    p.add_argument("--ref-epoch", type=_nonneg_int("--ref-epoch"), default=None, help="reference epoch (default: now)")
-    p.add_argument("--start-second", type=_nonneg_int("--start-second"), default=None, help="VDIF seconds of the first frame (default: now)")
+    p.add_argument("--threads", type=positive("--threads", int), default=1, help="VDIF threads (default 1)")
+    p.add_argument("--station", type=nonneg_int("--station"), default=0, help="station id")
+    p.add_argument("--ref-epoch", type=nonneg_int("--ref-epoch"), default=None, help="reference epoch (default: now)")
+    p.add_argument("--start-second", type=nonneg_int("--start-second"), default=None, help="VDIF seconds of the first frame (default: now)")
     p.add_argument("--tone-mhz", type=float, default=None, help="tone frequency in MHz (default 0.390625 of the band)")
     p.add_argument("--seed", type=int, default=1, help="random seed of the payload pool")
     p.add_argument("--psn", action="store_true", help="prepend an 8-byte packet sequence number")
     p.add_argument("--drop", default=None, help="frames to leave out: S:A-B (second S from the start, frames A..B), every:N")
-    p.add_argument("--reorder", type=_positive("--reorder", int), default=None, help="swap every N-th frame with the next")
-    p.add_argument("--garbage", type=_nonneg_int("--garbage"), default=0, help="stray datagrams of random size and content to mix in")
+    p.add_argument("--reorder", type=positive("--reorder", int), default=None, help="swap every N-th frame with the next")
+    p.add_argument("--garbage", type=nonneg_int("--garbage"), default=0, help="stray datagrams of random size and content to mix in")
     p.add_argument("--file", default=None, help="replay this VDIF file instead of generating")
     p.add_argument("--record-sent", default=None, help="write exactly the frames sent to this file")
-    p.add_argument("--cpu", type=_nonneg_int("--cpu"), default=None, help="pin the sender to this CPU")
+    p.add_argument("--cpu", type=nonneg_int("--cpu"), default=None, help="pin the sender to this CPU")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run_send)
 
@@ -301,9 +245,9 @@ def add_demo(sub: Any) -> None:
         "x 2 bits, a 200 MHz tone) to 127.0.0.1, records it into a temporary folder with the per-second "
         "table and summary, then checks the file.",
     )
-    p.add_argument("--seconds", type=_positive("--seconds"), default=10.0, help="seconds to send (default 10)")
-    p.add_argument("--fps", type=_positive("--fps", int), default=125000, help="frames per second (default 125000)")
-    p.add_argument("--ring", type=_size("--ring"), default=1 << 30, help="ring buffer size (default 1GiB)")
+    p.add_argument("--seconds", type=positive("--seconds"), default=10.0, help="seconds to send (default 10)")
+    p.add_argument("--fps", type=positive("--fps", int), default=125000, help="frames per second (default 125000)")
+    p.add_argument("--ring", type=size("--ring"), default=1 << 30, help="ring buffer size (default 1GiB)")
     p.add_argument("--keep", default=None, help="record into this folder and keep the file (default: a temporary folder)")
     p.set_defaults(func=run_demo)
 

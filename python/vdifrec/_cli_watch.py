@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from ._cli_record import _positive, sigterm_as_interrupt
+from ._cli_args import positive, sigterm_as_interrupt
 from .remote import RemoteStatus
 
 
@@ -20,9 +20,9 @@ def add_watch(sub: Any) -> None:
     p = sub.add_parser("watch", help="poll a recorder's status endpoint and print a line every few seconds",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("address", help="HOST:PORT of the recorder's --status-listen")
-    p.add_argument("--every", type=_positive("--every"), default=3.0, help="seconds between polls (default 3)")
-    p.add_argument("--count", type=_positive("--count", int), default=None, help="stop after this many polls")
-    p.add_argument("--stalled-after", type=_positive("--stalled-after"), default=5.0,
+    p.add_argument("--every", type=positive("--every"), default=3.0, help="seconds between polls (default 3)")
+    p.add_argument("--count", type=positive("--count", int), default=None, help="stop after this many polls")
+    p.add_argument("--stalled-after", type=positive("--stalled-after"), default=5.0,
                    help="call the stream stopped after this many seconds without packets (default 5)")
     p.set_defaults(func=run_watch)
 

@@ -9,42 +9,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _cli_doctor, _cli_monitor, _cli_quality, _cli_record, _cli_watch, _core
+from ._cli_args import UsageError, positive
 from .files import check, generate
 
 __all__ = ["main"]
 
 # Exit codes.
 OK, PROBLEMS, USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """A bad argument: exit 2 with the message."""
-
-
-def _positive_float(name: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not v > 0:
-            raise argparse.ArgumentTypeError(f"{name} must be positive, got {text!r}")
-        return v
-
-    return parse
-
-
-def _positive_int(name: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
-        if v <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be positive, got {text!r}")
-        return v
-
-    return parse
 
 
 # -- generate ---------------------------------------------------------------------------------
@@ -59,12 +30,12 @@ def _add_generate(sub: Any) -> None:
         "(125000 frames/s of 8224 bytes, 4 channels x 2 bits, 1024 Msps, tone at 200 MHz of 512).",
     )
     p.add_argument("out", help="output file (.vdif)")
-    p.add_argument("--seconds", type=_positive_float("--seconds"), default=1.0, help="seconds of data (default 1)")
-    p.add_argument("--fps", type=_positive_int("--fps"), default=125000, help="frames per second per thread")
-    p.add_argument("--frame-size", type=_positive_int("--frame-size"), default=8224, help="bytes per frame incl. header")
-    p.add_argument("--nchan", type=_positive_int("--nchan"), default=4, help="channels per frame (power of two)")
+    p.add_argument("--seconds", type=positive("--seconds"), default=1.0, help="seconds of data (default 1)")
+    p.add_argument("--fps", type=positive("--fps", int), default=125000, help="frames per second per thread")
+    p.add_argument("--frame-size", type=positive("--frame-size", int), default=8224, help="bytes per frame incl. header")
+    p.add_argument("--nchan", type=positive("--nchan", int), default=4, help="channels per frame (power of two)")
     p.add_argument("--bits", type=int, choices=[1, 2, 4, 8], default=2, help="bits per sample")
-    p.add_argument("--threads", type=_positive_int("--threads"), default=1, help="VDIF threads")
+    p.add_argument("--threads", type=positive("--threads", int), default=1, help="VDIF threads")
     p.add_argument("--tone-mhz", type=float, default=None, help="tone frequency in MHz within the band (default: 0.390625 of the band)")
     p.add_argument("--tone-amplitude", type=float, default=0.3, help="tone amplitude in noise sigmas (default 0.3)")
     p.add_argument("--correlation", type=float, default=0.0, help="correlation of a common noise between inputs (0..1)")
@@ -121,8 +92,8 @@ def _add_check(sub: Any) -> None:
         "corrupt stretches. Exit status 0 when clean, 1 when anything is wrong, 2 on usage errors.",
     )
     p.add_argument("file", help="VDIF file")
-    p.add_argument("--fps", type=_positive_int("--fps"), default=None, help="frames per second per thread (default: learned)")
-    p.add_argument("--frame-size", type=_positive_int("--frame-size"), default=None, help="frame size in bytes (default: from the first header)")
+    p.add_argument("--fps", type=positive("--fps", int), default=None, help="frames per second per thread (default: learned)")
+    p.add_argument("--frame-size", type=positive("--frame-size", int), default=None, help="frame size in bytes (default: from the first header)")
     p.add_argument("--json", action="store_true", help="print the report as JSON (keys in the README)")
     p.add_argument("--seconds", action="store_true", help="print every second's counts, not only problem seconds")
     p.set_defaults(func=_run_check)
@@ -196,7 +167,7 @@ def print_check_report(r: dict[str, Any], every_second: bool = False) -> None:
 def _add_info(sub: Any) -> None:
     p = sub.add_parser("info", help="describe a VDIF file's stream (headers, rate, threads, time)")
     p.add_argument("file", help="VDIF file")
-    p.add_argument("--sample-rate", type=_positive_float("--sample-rate"), default=None, help="Hz per channel, if the file cannot tell")
+    p.add_argument("--sample-rate", type=positive("--sample-rate"), default=None, help="Hz per channel, if the file cannot tell")
     p.set_defaults(func=_run_info)
 
 
@@ -249,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
-    except (UsageError, _cli_record.UsageError) as exc:
+    except UsageError as exc:
         parser.exit(USAGE, f"vdifrec {args.command}: error: {exc}\n")
     except KeyboardInterrupt:
         return 130
