@@ -2,6 +2,8 @@
 //! reports while they run and summarises when they stop.
 
 use crate::accounting::{Gap, ThreadTotals};
+use crate::capture::afpacket::AfPacketBackend;
+use crate::capture::pfring::PfRingBackend;
 use crate::capture::udp::{UdpBackend, UdpConfig, UdpError, MAX_OFFSET};
 use crate::capture::{self, Backend, CaptureSetup};
 use crate::ring::{Ring, RingError, RingMemory};
@@ -442,6 +444,63 @@ impl Shared {
     }
 }
 
+/// A capture backend ready to run.
+struct OpenedBackend {
+    backend: Box<dyn Backend>,
+    /// Where the stream is taken from (the real port for the udp backend when 0 was asked).
+    address: SocketAddr,
+    /// What the backend reports to the operator about its set-up.
+    notes: Vec<String>,
+}
+
+/// Opens the configured capture backend.
+fn open_backend(config: &RecorderConfig) -> Result<OpenedBackend, RecordError> {
+    // The raw backends bind nothing: they keep the packets for this port on an interface.
+    let raw_addr = SocketAddr::new(config.bind, config.port);
+    Ok(match &config.backend {
+        BackendKind::AfPacket { interface } => {
+            let (b, notes) = AfPacketBackend::open(interface, config.port, config.offset)?;
+            OpenedBackend {
+                backend: Box::new(b),
+                address: raw_addr,
+                notes,
+            }
+        }
+        BackendKind::PfRing {
+            interface,
+            library,
+            check_module,
+        } => {
+            let (b, notes) = PfRingBackend::open(
+                interface,
+                config.port,
+                config.offset,
+                library.as_deref(),
+                *check_module,
+            )?;
+            OpenedBackend {
+                backend: Box::new(b),
+                address: raw_addr,
+                notes,
+            }
+        }
+        BackendKind::Udp => {
+            let (b, addr, notes) = UdpBackend::bind(&UdpConfig {
+                bind: config.bind,
+                port: config.port,
+                multicast: config.multicast,
+                rcvbuf: config.rcvbuf as usize,
+                offset: config.offset,
+            })?;
+            OpenedBackend {
+                backend: Box::new(b),
+                address: addr,
+                notes,
+            }
+        }
+    })
+}
+
 /// A running recording.
 pub struct Recorder {
     shared: Arc<Shared>,
@@ -474,59 +533,13 @@ impl Recorder {
         shared
             .has_writer
             .store(config.target.is_some(), Ordering::Release);
-        let backend: Box<dyn Backend>;
-        let local_addr;
-        match &config.backend {
-            BackendKind::AfPacket { interface } => {
-                if interface.is_empty() {
-                    return Err(crate::capture::afpacket::AfPacketError::NoInterface.into());
-                }
-                let (b, notes) = crate::capture::afpacket::AfPacketBackend::open(
-                    interface,
-                    config.port,
-                    config.offset,
-                )?;
-                for n in notes {
-                    shared.note(n);
-                }
-                backend = Box::new(b);
-                local_addr = SocketAddr::new(config.bind, config.port);
-            }
-            BackendKind::PfRing {
-                interface,
-                library,
-                check_module,
-            } => {
-                if interface.is_empty() {
-                    return Err(crate::capture::pfring::PfRingError::NoInterface.into());
-                }
-                let (b, notes) = crate::capture::pfring::PfRingBackend::open(
-                    interface,
-                    config.port,
-                    config.offset,
-                    library.as_deref(),
-                    *check_module,
-                )?;
-                for n in notes {
-                    shared.note(n);
-                }
-                backend = Box::new(b);
-                local_addr = SocketAddr::new(config.bind, config.port);
-            }
-            BackendKind::Udp => {
-                let (b, addr, notes) = UdpBackend::bind(&UdpConfig {
-                    bind: config.bind,
-                    port: config.port,
-                    multicast: config.multicast,
-                    rcvbuf: config.rcvbuf as usize,
-                    offset: config.offset,
-                })?;
-                for n in notes {
-                    shared.note(n);
-                }
-                backend = Box::new(b);
-                local_addr = addr;
-            }
+        let OpenedBackend {
+            backend,
+            address: local_addr,
+            notes,
+        } = open_backend(&config)?;
+        for n in notes {
+            shared.note(n);
         }
         let memory = RingMemory::new(config.ring_bytes, config.huge_pages)?;
         let setup = CaptureSetup {

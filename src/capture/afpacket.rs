@@ -104,6 +104,9 @@ impl AfPacketBackend {
         port: u16,
         offset: usize,
     ) -> Result<(AfPacketBackend, Vec<String>), AfPacketError> {
+        if interface.is_empty() {
+            return Err(AfPacketError::NoInterface);
+        }
         let index = ifindex(interface)?;
         let setup = |source| AfPacketError::Setup {
             interface: interface.to_string(),

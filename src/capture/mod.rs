@@ -117,7 +117,9 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
         }
     } else if let Some(m) = memory.as_ref() {
         // Fault the memory in now, from this thread, so the first second is not lost to it.
-        prefault_memory(m);
+        // The pages stay allocated in the memfd for the ring mapping made once the frame size
+        // is known; that mapping then only has to fill in page tables.
+        m.prefault();
     }
     if let Some(n) = pin_note {
         shared.note(n);
@@ -154,10 +156,7 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
         let now = Instant::now();
         acc.set_wall_clock(unix_now());
         if now.duration_since(last_publish) >= PUBLISH_EVERY {
-            c.stats.kernel_drops = backend.kernel_drops();
-            c.stats
-                .malformed
-                .set(Malformed::Fragmented, backend.fragments());
+            read_backend_counters(&mut c, backend.as_mut());
             c.stats.capture_setup_cpu_s = setup_cpu;
             publish(&shared, &mut c, &acc, now, ring.as_deref());
             last_publish = now;
@@ -288,10 +287,7 @@ pub fn run(mut backend: Box<dyn Backend>, setup: CaptureSetup) {
 
     // Stopping: publish the last frames and count the last (partial) seconds.
     acc.finish();
-    c.stats.kernel_drops = backend.kernel_drops();
-    c.stats
-        .malformed
-        .set(Malformed::Fragmented, backend.fragments());
+    read_backend_counters(&mut c, backend.as_mut());
     c.stats.capture_setup_cpu_s = setup_cpu;
     emit_rows(&shared, &mut c, &mut acc, ring.as_deref());
     publish(&shared, &mut c, &acc, Instant::now(), ring.as_deref());
@@ -308,12 +304,6 @@ fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
-}
-
-fn prefault_memory(m: &RingMemory) {
-    // The pages stay allocated in the memfd for the ring mapping made once the frame size is
-    // known; that mapping then only has to fill in page tables.
-    m.prefault();
 }
 
 /// How the ring is to be laid out once the frame size is known.
@@ -351,6 +341,14 @@ fn install_ring(
     ));
     shared.set_ring(ring.clone());
     Ok(ring)
+}
+
+/// The counts only the backend knows: kernel drops, and IP fragments (raw backends).
+fn read_backend_counters(c: &mut Counters, backend: &mut dyn Backend) {
+    c.stats.kernel_drops = backend.kernel_drops();
+    c.stats
+        .malformed
+        .set(Malformed::Fragmented, backend.fragments());
 }
 
 fn count_psn(c: &mut Counters, psn_on: bool, info: &DatagramInfo) {

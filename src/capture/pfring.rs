@@ -270,6 +270,9 @@ impl PfRingBackend {
         library: Option<&Path>,
         check_module: bool,
     ) -> Result<(PfRingBackend, Vec<String>), PfRingError> {
+        if interface.is_empty() {
+            return Err(PfRingError::NoInterface);
+        }
         let (api, lib_name) = Api::load(library)?;
         if check_module && !module_loaded() {
             return Err(PfRingError::NoModule);
