@@ -272,7 +272,9 @@ pub struct Shared {
     capture: Mutex<CaptureStats>,
     rows: Mutex<Vec<RecordRow>>,
     rows_cv: Condvar,
-    current_file: Mutex<Option<(String, u64)>>,
+    /// The file being written (set when it opens and closes) and its size (every write).
+    current_file: Mutex<Option<String>>,
+    current_file_bytes: AtomicU64,
     files: Mutex<Vec<FileRecord>>,
     error: Mutex<Option<String>>,
     failed: AtomicBool,
@@ -301,6 +303,7 @@ impl Shared {
             rows: Mutex::new(Vec::new()),
             rows_cv: Condvar::new(),
             current_file: Mutex::new(None),
+            current_file_bytes: AtomicU64::new(0),
             files: Mutex::new(Vec::new()),
             error: Mutex::new(None),
             failed: AtomicBool::new(false),
@@ -336,6 +339,7 @@ impl Shared {
             (if has_writer { r.fill() } else { 0 }, r.nslots())
         });
         let current = self.current_file.lock().unwrap().clone();
+        let current_bytes = self.current_file_bytes.load(Ordering::Acquire);
         let state = if self.stopped.load(Ordering::Acquire) {
             "stopped"
         } else if self.failed() {
@@ -359,8 +363,8 @@ impl Shared {
             } else {
                 0.0
             },
-            current_file: current.as_ref().map(|c| c.0.clone()),
-            current_file_bytes: current.map_or(0, |c| c.1),
+            current_file_bytes: if current.is_some() { current_bytes } else { 0 },
+            current_file: current,
             files_closed: self.files.lock().unwrap().len(),
             error: self.error_snapshot(),
             capture,
@@ -409,8 +413,14 @@ impl Shared {
         self.rows.lock().unwrap().extend(rows);
         self.rows_cv.notify_all();
     }
-    pub fn set_current_file(&self, f: Option<(String, u64)>) {
-        *self.current_file.lock().unwrap() = f;
+    /// A file opened (its size starts at 0) or, with None, closed.
+    pub fn set_current_file(&self, path: Option<String>) {
+        self.current_file_bytes.store(0, Ordering::Release);
+        *self.current_file.lock().unwrap() = path;
+    }
+    /// The current file's size after a write (no lock, no allocation: called per write).
+    pub fn set_current_file_bytes(&self, bytes: u64) {
+        self.current_file_bytes.store(bytes, Ordering::Release);
     }
     pub fn add_file(&self, f: FileRecord) {
         self.files.lock().unwrap().push(f);

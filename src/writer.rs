@@ -188,7 +188,7 @@ impl Writer {
                         }
                     }
                     self.shared
-                        .set_current_file(Some((path.display().to_string(), 0)));
+                        .set_current_file(Some(path.display().to_string()));
                     self.file = Some(OpenFile {
                         file,
                         path,
@@ -252,11 +252,10 @@ impl Writer {
                 self.shared
                     .bytes_written
                     .store(self.written_total, Ordering::Release);
-                let path = f.path.display().to_string();
-                self.shared
-                    .set_current_file(Some((path.clone(), f.frames * fs)));
+                self.shared.set_current_file_bytes(f.frames * fs);
                 return Err(format!(
-                    "writing {path} failed after {} bytes: {e}; the recording stopped, the file ends on a frame boundary",
+                    "writing {} failed after {} bytes: {e}; the recording stopped, the file ends on a frame boundary",
+                    f.path.display(),
                     self.written_total
                 ));
             }
@@ -271,8 +270,7 @@ impl Writer {
         self.shared
             .bytes_written
             .store(self.written_total, Ordering::Release);
-        self.shared
-            .set_current_file(Some((f.path.display().to_string(), f.frames * fs)));
+        self.shared.set_current_file_bytes(f.frames * fs);
         if let Some(rate) = self.cfg.throttle {
             // Test aid: behave like a disk that writes `rate` bytes per second.
             let due = Duration::from_secs_f64(self.written_total as f64 / rate as f64);
