@@ -47,11 +47,11 @@ def main() -> int:
     start_second = now - epoch_start
     spec = dict(fps=FPS, ref_epoch=epoch, start_second=start_second, seed=1)
 
+    file_size = size(os.environ.get("SOAK_FILE_SIZE", "8GiB"), "SOAK_FILE_SIZE")
     rec = vdifrec.Recorder(port=0, directory=folder, prefix="soak", ring=os.environ.get("SOAK_RING", "4GiB"),
-                           frame_size=8224, fps=FPS, file_size=os.environ.get("SOAK_FILE_SIZE", "8GiB"))
+                           frame_size=8224, fps=FPS, file_size=file_size)
     rec.start()
     assert rec.address is not None
-    file_size = size(os.environ.get("SOAK_FILE_SIZE", "8GiB"), "SOAK_FILE_SIZE")
     reserve = 3 * file_size  # free space kept: the file being written, one being checked, margin
     results = {"files": 0, "frames": 0, "matching": 0, "differing": 0, "out_of_order": 0, "bytes": 0,
                "skipped_files": 0, "skipped_frames": 0}
