@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
+import netns
 import vdifrec
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import netns  # noqa: E402
+from conftest import free_udp_port
 
 FS = 8224
 START = dict(ref_epoch=53, start_second=6000)
@@ -41,16 +40,6 @@ def standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("pfring") / "libpfring_standin.so"
     subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(HERE / "data" / "pfring_standin.c")], check=True)
     return out
-
-
-def free_udp_port() -> int:
-    import socket
-
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def test_pfring_binding_loads_calls_and_receives(standin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

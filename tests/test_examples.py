@@ -4,25 +4,17 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import vdifrec
-
-
-def free_port() -> int:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from conftest import free_udp_port
 
 
 def test_observation_script(tmp_path: Path) -> None:
-    port = free_port()
+    port = free_udp_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "vdifrec.examples.observe", "--port", str(port), "--dir", str(tmp_path),
          "--scan-length", "4", "--ring", "64MiB", "--nfft", "1024"],
@@ -45,7 +37,7 @@ def test_observation_script(tmp_path: Path) -> None:
 
 
 def test_minimal_monitor() -> None:
-    port = free_port()
+    port = free_udp_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "vdifrec.examples.monitor", "--port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import vdifrec
+from conftest import free_udp_port
 
 FS = 8224
 START = dict(ref_epoch=53, start_second=2000)
@@ -267,10 +268,7 @@ def test_cli_usage_errors(tmp_path: Path, cli) -> None:
 
 def test_refused_datagrams_are_counted_not_fatal() -> None:
     # Nobody listens on this port: the kernel refuses; the sender counts and carries on.
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_udp_port()
     result = vdifrec.send(("127.0.0.1", port), frames=200, fps=10_000, **START)
     assert result["refused"] > 0
     assert result["frames_sent"] + result["refused"] == 200
