@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.vdifrec-installed
 # The extension is rebuilt (release, incremental) whenever the Rust or the packaging changes.
-SOURCES := $(shell find src -name '*.rs') Cargo.toml Cargo.lock pyproject.toml
+SOURCES := $(shell find src -name '*.rs') benches/baseline.rs Cargo.toml Cargo.lock pyproject.toml
 
 .PHONY: help install demo test test-rust test-python bench soak fuzz lint format clean
 
@@ -20,10 +20,10 @@ $(PY):
 	python3 -m venv $(VENV)
 
 $(STAMP): $(PY) $(SOURCES)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,plot]'
+	MATURIN_PEP517_ARGS="--features python,bench" $(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,plot]'
 	@touch $@
 
-install: $(STAMP) ## create .venv, build vdifrec (release) and install it with the test extras
+install: $(STAMP) ## create .venv, build vdifrec (release, with the benchmarks' baselines) and install it with the test extras
 
 demo: $(STAMP) ## the main job on the built-in example, with the per-second table and summary
 	$(VENV)/bin/vdifrec demo
@@ -53,7 +53,7 @@ fuzz: ## each fuzz target for FUZZ_SECONDS (default 30) with cargo fuzz on the s
 lint: $(STAMP) ## cargo fmt --check, clippy, mypy, stubtest
 	cargo fmt --check
 	cargo clippy --all-targets --quiet -- -D warnings
-	cargo clippy --features python --quiet -- -D warnings
+	cargo clippy --features python,bench --quiet -- -D warnings
 	$(PY) -m mypy
 	$(PY) -m mypy.stubtest vdifrec._core --allowlist .mypy-stubtest-allowlist
 

@@ -71,7 +71,7 @@ def main() -> int:
             if not path.exists():
                 return
             checking.add(path)
-        v = json.loads(vdifrec._core.verify_sent(str(path), **spec))
+        v = json.loads(vdifrec._core.verify_sent(str(path), spec))
         with lock:
             checking.discard(path)
             for key in ("frames", "matching", "differing", "out_of_order"):

@@ -1,25 +1,34 @@
 //! vdifrec: a lossless recorder and checker for 10 GbE VDIF streams (VLBI).
 //!
-//! The engine is plain Rust; the Python bindings live in `python.rs` behind the `python`
-//! feature, so `cargo test` needs no Python.
+//! The tree reads as the data path, and dependencies point down it:
+//!
+//! - [`vdif`]: the format alone: headers, sample decoding, files, time. Uses nothing else.
+//! - [`record`]: the recording path: capture backends, classification, accounting, the ring,
+//!   the writer, the recorder that wires them, its statistics and status endpoint. Uses
+//!   `vdif`; never `analysis` or `tools`.
+//! - [`analysis`]: what a scientist checks: spectra, fringes, tones, bit states, the file
+//!   check. Uses `vdif`, and `record`'s accounting so that a file and a live recording are
+//!   counted by the same code.
+//! - [`tools`]: test sources and helpers: the sender, the signal generator, read-back.
+//!   Uses `vdif`.
+//! - [`units`], [`affinity`]: small utilities every stage may use (byte sizes, CPU pinning).
+//!
+//! The engine is plain Rust; the Python bindings live in `python/` behind the `python`
+//! feature, so `cargo test` needs no Python. The benchmarks' baselines are compiled in only
+//! with the `bench` feature (`make bench`): they never ship in the installed library.
 
-pub mod accounting;
 pub mod affinity;
-pub mod baseline;
-pub mod capture;
-pub mod check;
-pub mod classify;
-pub mod generate;
-pub mod readback;
-pub mod recorder;
-pub mod ring;
-pub mod sender;
-pub mod spectrum;
-pub mod stats;
-pub mod status;
+pub mod analysis;
+pub mod options;
+pub mod record;
+pub mod tools;
 pub mod units;
 pub mod vdif;
-pub mod writer;
+
+/// Baselines the benchmarks measure vdifrec against (a discard loop, `dd`-like writes).
+#[cfg(feature = "bench")]
+#[path = "../benches/baseline.rs"]
+pub mod baseline;
 
 #[cfg(feature = "python")]
 mod python;

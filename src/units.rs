@@ -3,10 +3,17 @@
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
-#[error("{name}: cannot read {text:?} as a size; write bytes (8589934592) or a number with a unit: KiB, MiB, GiB, TiB (powers of 1024) or kB, MB, GB, TB (powers of 1000), e.g. \"8GiB\"")]
+#[error("{name}: {}", self.why())]
 pub struct SizeError {
     pub name: String,
     pub text: String,
+}
+
+impl SizeError {
+    /// What is wrong and how to write a size, without the parameter's name.
+    pub fn why(&self) -> String {
+        format!("cannot read {:?} as a size; write bytes (8589934592) or a number with a unit: KiB, MiB, GiB, TiB (powers of 1024) or kB, MB, GB, TB (powers of 1000), e.g. \"8GiB\"", self.text)
+    }
 }
 
 /// Parses a byte size; `name` is the argument's name, for the error.

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import os
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,6 +25,149 @@ def free_udp_port() -> int:
     port: int = s.getsockname()[1]
     s.close()
     return port
+
+
+# -- what the kernel delivered ---------------------------------------------------------------
+#
+# On loopback the kernel drops a datagram only when the receiving socket's buffer is full. How
+# big that buffer is depends on the host: with CAP_NET_ADMIN (root) the recorder is granted what
+# it asks for (SO_RCVBUFFORCE); anyone else gets at most net.core.rmem_max, 212992 bytes on an
+# untuned host: 25 frames of 8224 bytes, fewer than one batch of the sender (32). What the
+# recorder promises is that every datagram sent is taken by it or dropped by the kernel and
+# counted (kernel_drops). So the tests read what the kernel did (/proc/net/udp) and assert exact
+# counts given that; where the kernel dropped nothing, they are the numbers the stream was made with.
+
+
+def udp_socket(port: int) -> tuple[int, int] | None:
+    """(bytes queued, datagrams dropped) on the UDP socket bound to local `port`, as the kernel
+    counts them (the rx_queue and drops columns of /proc/net/udp and udp6); None if none is."""
+    found: tuple[int, int] | None = None
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if int(f[1].rsplit(":", 1)[1], 16) == port:
+                queued, drops = found or (0, 0)
+                found = (queued + int(f[4].split(":")[1], 16), drops + int(f[12]))
+    return found
+
+
+def udp_receive_buffer_errors() -> int:
+    """Datagrams this network namespace's kernel has dropped for a full socket buffer, all sockets
+    together (RcvbufErrors of Udp and Udp6): an upper bound on any one socket's drops, for a
+    recorder whose socket is gone (killed)."""
+    total = 0
+    for table, prefix in (("/proc/net/snmp", "Udp:"), ("/proc/net/snmp6", "Udp6RcvbufErrors")):
+        lines = [ln for ln in Path(table).read_text().splitlines() if ln.startswith(prefix)]
+        if prefix == "Udp:":
+            names, values = lines[0].split()[1:], lines[1].split()[1:]
+            total += int(dict(zip(names, values))["RcvbufErrors"])
+        elif lines:
+            total += int(lines[0].split()[1])
+    return total
+
+
+@dataclasses.dataclass(frozen=True)
+class Delivery:
+    """What the kernel did with a stream sent to a recorder's UDP socket."""
+
+    kernel_drops: int
+    """Datagrams the kernel dropped because the socket buffer was full."""
+    flushes: int
+    """Empty datagrams sent after the stream so that the recorder learns that count (0 or 1)."""
+
+
+def delivered(address: tuple[str, int], sent: int, taken: Callable[[], int] | None = None,
+              timeout: float = 20.0) -> Delivery:
+    """Call once `sent` datagrams have been sent to the recorder listening at `address`: waits
+    (bounded) until each was taken by the recorder or dropped by the kernel, and says how many
+    the kernel dropped. `taken` gives the recorder's count of datagrams, where the test can ask
+    (else an empty queue tells that the recorder has read the rest).
+
+    The kernel tells a receiver of its drops only with the next datagram it queues (SO_RXQ_OVFL),
+    so drops at the very end of a stream would go unreported, where a real stream goes on and
+    reports them. After any drop, one empty datagram (malformed: too_short) is therefore sent
+    once the queue is empty, to carry the final count.
+    """
+    port = address[1]
+
+    def state() -> tuple[int, int]:
+        now = udp_socket(port)
+        assert now is not None, f"no UDP socket is bound to port {port}: the recorder stopped, or never listened"
+        return now
+
+    def wait(n: int) -> None:
+        # Without the recorder's count, an empty queue that stays empty (a datagram may still
+        # wait in the kernel's backlog on a busy host) says that it has read the rest.
+        deadline = time.monotonic() + timeout
+        calm_since, last = time.monotonic(), state()
+        while time.monotonic() < deadline:
+            queued, drops = now = state()
+            if now != last:
+                calm_since, last = time.monotonic(), now
+            if queued == 0 and (taken() + drops >= n if taken else time.monotonic() - calm_since >= 0.1):
+                return
+            time.sleep(0.01)
+
+    wait(sent)
+    flushes = 0
+    if state()[1]:
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.sendto(b"", address)
+        flushes = 1
+        wait(sent + 1)
+    return Delivery(state()[1], flushes)
+
+
+def frames_of(data: bytes | Path, frame_size: int = 8224) -> np.ndarray:
+    """The frames of a recording (or of what a sender recorded it sent), one row each."""
+    raw = data.read_bytes() if isinstance(data, Path) else data
+    assert len(raw) % frame_size == 0
+    return np.frombuffer(raw, np.uint8).reshape(-1, frame_size)
+
+
+def vdif_keys(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(thread, VDIF seconds, frame number) of each frame."""
+    w = np.ascontiguousarray(rows[:, :16]).view("<u4")
+    return (w[:, 3] >> 16) & 0x3FF, w[:, 0] & 0x3FFFFFFF, w[:, 1] & 0xFFFFFF
+
+
+def left_out(sent: np.ndarray, recorded: np.ndarray) -> list[int]:
+    """Which of the frames sent (rows, in the order sent) the recording lacks. Asserts that the
+    recording is exactly the frames sent, in that order, with only those left out: loopback
+    keeps the order, and a full socket buffer drops whole datagrams."""
+    sent_heads = [r.tobytes() for r in sent[:, :32]]
+    missing: list[int] = []
+    kept: list[int] = []
+    j = 0
+    for head in (r.tobytes() for r in recorded[:, :32]):
+        while j < len(sent_heads) and sent_heads[j] != head:
+            missing.append(j)
+            j += 1
+        assert j < len(sent_heads), f"recorded frame {len(kept)} was not sent, or not in this order"
+        kept.append(j)
+        j += 1
+    missing.extend(range(j, len(sent_heads)))
+    assert np.array_equal(sent[kept], recorded), "a recorded frame differs from the frame sent"
+    return missing
+
+
+def loss_by_second(rows: np.ndarray, fps: int) -> dict[int, int]:
+    """Frames missing from each VDIF second among `rows` (the frames received), as the recorder
+    defines loss: on each thread, between its first and its last frame (nothing is guessed
+    before the first or after the last). Every second from the first to the last is a key."""
+    thread, second, fnr = vdif_keys(rows)
+    seq = second.astype(np.int64) * fps + fnr
+    lost: collections.Counter[int] = collections.Counter()
+    for t in np.unique(thread):
+        have = np.unique(seq[thread == t])
+        missing = np.setdiff1d(np.arange(have[0], have[-1] + 1), have)
+        lost.update((missing // fps).tolist())
+    return {int(s): lost[int(s)] for s in range(int(second.min()), int(second.max()) + 1)}
 
 
 def run_cli(*args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:

@@ -104,4 +104,4 @@ def test_not_vdif_and_usage_errors(tmp_path: Path, cli) -> None:
     missing = cli("check", str(tmp_path / "nope.vdif"))
     assert missing.returncode == 2 and "No such file" in missing.stderr
     bad = cli("check", "--fps", "-3", str(junk))
-    assert bad.returncode == 2 and "--fps must be positive" in bad.stderr
+    assert bad.returncode == 2 and "--fps: -3 is not a frame rate: give 1 to 16777216" in bad.stderr

@@ -2,8 +2,8 @@
 //! learning and classification, then the accounting: nothing panics and the counts add up.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use vdifrec::accounting::{Accounting, Fate, GapPolicy};
-use vdifrec::classify::learn_datagram;
+use vdifrec::record::accounting::{Accounting, Fate, GapPolicy};
+use vdifrec::record::classify::learn_datagram;
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 4 {

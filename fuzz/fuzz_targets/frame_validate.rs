@@ -2,7 +2,7 @@
 //! it accepts is a frame of that layout.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use vdifrec::classify::{learn_format, StreamFormat};
+use vdifrec::record::classify::{learn_format, StreamFormat};
 use vdifrec::vdif::Header;
 
 fuzz_target!(|data: &[u8]| {

@@ -13,7 +13,7 @@ import warnings as _warnings
 from pathlib import Path as _Path
 
 from . import _core
-from ._core import FormatError, Header, HeaderError, OutputError, PortInUseError, RecorderError, SenderError
+from ._core import ArgumentError, FormatError, Header, HeaderError, OutputError, PortInUseError, RecorderError, SenderError
 from .files import check, generate
 from .reader import Reader, decode, open
 from .quality import BitStats, Fringe, Spectrum, Tone, bstate, find_tones, fringe, spectrum
@@ -22,6 +22,10 @@ from .remote import RemoteStatus
 from .reports import FileRecord, SecondRow, Stats, Summary, ThreadSecond
 
 __version__: str = _core.__version__
+
+defaults: dict[str, dict[str, object]] = _core.defaults()
+"""Every option's default, as the engine defines it: ``defaults["recorder"]["ring"]`` is the
+ring size a Recorder gets when none is given; also ``sender``, ``signal``, ``generate``, ``check``."""
 
 SAMPLE_VDIF: str = str(_Path(__file__).parent / "data" / "sample_fila10g.vdif")
 """A tiny synthetic FILA10G-like recording (2-bit, 4 channels, 200 MHz tone) for examples and tests."""
@@ -35,6 +39,7 @@ if _core.build_profile() == "debug":
     )
 
 __all__ = [
+    "ArgumentError",
     "BitStats",
     "FileRecord",
     "Fringe",
@@ -60,6 +65,7 @@ __all__ = [
     "bstate",
     "check",
     "decode",
+    "defaults",
     "find_tones",
     "fringe",
     "generate",

@@ -22,7 +22,7 @@ import time
 from typing import Any, TextIO
 
 from . import _core
-from ._cli_args import UsageError, nonneg_int, positive, sigterm_as_interrupt
+from ._cli_args import OptionError, UsageError, default, given, integer, positive, sigterm_as_interrupt, size
 from .recorder import Recorder
 from .reports import SecondRow, ThreadSecond
 
@@ -73,27 +73,37 @@ def add_monitor(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("port", type=nonneg_int("port"), help="UDP port")
-    p.add_argument("--bind", default="127.0.0.1", help="address to listen on (0.0.0.0 for the network)")
-    p.add_argument("--offset", type=nonneg_int("--offset"), default=0, help="bytes before each frame to skip (8 for a PSN)")
-    p.add_argument("--thread", type=nonneg_int("--thread"), default=None, help="show only this VDIF thread")
-    p.add_argument("--cpu", type=nonneg_int("--cpu"), default=None, help="pin the capture thread to this CPU")
-    p.add_argument("--bigendian", action="store_true", help="headers are big-endian (each 32-bit word byte-swapped)")
-    p.add_argument("--fps", type=positive("--fps", int), default=None, help="frames per second per thread (default: learned)")
-    p.add_argument("--ring", default="256MiB", help="ring buffer size (default 256MiB)")
-    p.add_argument("--duration", type=positive("--duration"), default=None, help="stop after this many seconds")
+    # Each flag's dest is the engine's name for the option, so errors map back to the flag.
+    p.add_argument("port", type=integer, help="UDP port")
+    p.add_argument("--bind", help=f"address to listen on (default {default('recorder', 'bind')}; 0.0.0.0 for the network)")
+    p.add_argument("--offset", type=integer, help="bytes before each frame to skip (8 for a PSN; default 0)")
+    p.add_argument("--thread", type=thread_id, default=None, help="show only this VDIF thread (0-1023)")
+    p.add_argument("--cpu", dest="capture_cpu", type=integer, help="pin the capture thread to this CPU")
+    p.add_argument("--bigendian", dest="big_endian", action="store_true", default=None, help="headers are big-endian (each 32-bit word byte-swapped)")
+    p.add_argument("--fps", type=integer, help="frames per second per thread (default: learned)")
+    p.add_argument("--ring", type=size, help=f"ring buffer size (default {default('recorder', 'ring')})")
+    p.add_argument("--duration", type=positive(), default=None, help="stop after this many seconds")
     p.set_defaults(func=run_monitor)
+
+
+def thread_id(text: str) -> int:
+    """A VDIF thread id: 10 bits."""
+    v = integer(text)
+    if not 0 <= v <= 1023:
+        raise argparse.ArgumentTypeError(f"a VDIF thread id is 0-1023, got {text!r}")
+    return v
 
 
 def run_monitor(a: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
-        rec = Recorder(
-            port=a.port, bind=a.bind, offset=a.offset, capture_cpu=a.cpu, big_endian=a.bigendian,
-            fps=a.fps, ring=a.ring,
-        )
+        rec = Recorder(**given(a, "recorder"))
         rec.start()
-    except (_core.PortInUseError, ValueError) as exc:
+    except _core.ArgumentError:
+        raise
+    except _core.PortInUseError as exc:
+        raise OptionError(str(exc)) from None
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
     assert rec.address is not None
     print(f"listening on {rec.address[0]}:{rec.address[1]}", file=out, flush=True)

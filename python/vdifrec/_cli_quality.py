@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from typing import Any
 
 from . import _core
-from ._cli_args import UsageError, positive
+from ._cli_args import OptionError, UsageError, os_error, output, path, positive
 from .quality import bstate, fringe, spectrum
 from .reader import Reader
 from .reader import open as open_reader
@@ -18,38 +19,54 @@ def _open(path: str, sample_rate: float | None) -> Reader:
     try:
         return open_reader(path, sample_rate=sample_rate)
     except OSError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(os_error(exc)) from None
     except _core.FormatError as exc:
         raise UsageError(f"{path}: {exc}") from None
 
 
+def figure(text: str) -> str:
+    """Where a figure goes: a file in an existing folder, in a format matplotlib writes."""
+    output(text)
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise argparse.ArgumentTypeError("plots need matplotlib: pip install 'vdifrec[plot]'") from None
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    ext = os.path.splitext(text)[1][1:].lower()
+    if ext and ext not in formats:
+        raise argparse.ArgumentTypeError(
+            f"cannot write a .{ext} figure: give a file ending in {', '.join('.' + f for f in formats)}"
+        )
+    return text
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sample-rate", type=positive("--sample-rate"), default=None, help="Hz per channel, if the file cannot tell")
+    p.add_argument("--sample-rate", type=positive(), default=None, help="Hz per channel, if the file cannot tell")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def add_quality(sub: Any) -> None:
     p = sub.add_parser("spectrum", help="autospectra of every channel, tones found (like m5spec)")
-    p.add_argument("file", help="VDIF file")
-    p.add_argument("--nfft", type=positive("--nfft", int), default=1024, help="spectral channels across the band (default 1024)")
-    p.add_argument("--nint", type=positive("--nint", int), default=None, help="FFTs to average (default: the whole file)")
-    p.add_argument("--threshold", type=positive("--threshold"), default=10.0, help="tone: times the noise floor (default 10)")
-    p.add_argument("--plot", default=None, help="write a figure (one panel per channel, tones marked) here (.png)")
-    p.add_argument("--m5spec", default=None, help="write m5spec's text form here: frequency (MHz), then each channel's power / mean")
+    p.add_argument("file", type=path, help="VDIF file")
+    p.add_argument("--nfft", type=positive(int), default=1024, help="spectral channels across the band (default 1024)")
+    p.add_argument("--nint", type=positive(int), default=None, help="FFTs to average (default: the whole file)")
+    p.add_argument("--threshold", type=positive(), default=10.0, help="tone: times the noise floor (default 10)")
+    p.add_argument("--plot", type=figure, default=None, help="write a figure (one panel per channel, tones marked) here (.png)")
+    p.add_argument("--m5spec", type=output, default=None, help="write m5spec's text form here: frequency (MHz), then each channel's power / mean")
     _common(p)
     p.set_defaults(func=run_spectrum)
 
     p = sub.add_parser("bstate", help="fraction of samples in each quantisation state (like m5bstate)")
-    p.add_argument("file", help="VDIF file")
+    p.add_argument("file", type=path, help="VDIF file")
     _common(p)
     p.set_defaults(func=run_bstate)
 
     p = sub.add_parser("fringe", help="cross-correlate two files, or two channels/threads of one file")
-    p.add_argument("files", nargs="+", metavar="FILE", help="one file (with --pair) or two files")
+    p.add_argument("files", nargs="+", metavar="FILE", type=path, help="one file (with --pair) or two files")
     p.add_argument("--pair", default=None, help="inputs to correlate, thread*nchan+channel: 'I,J' (default 0,1 for one file, 0,0 for two)")
-    p.add_argument("--nfft", type=positive("--nfft", int), default=1024, help="spectral channels (lags: 2 nfft)")
-    p.add_argument("--nint", type=positive("--nint", int), default=None, help="FFTs to integrate (default: all)")
-    p.add_argument("--plot", default=None, help="write the lag amplitude figure here (.png)")
+    p.add_argument("--nfft", type=positive(int), default=1024, help="spectral channels (lags: 2 nfft)")
+    p.add_argument("--nint", type=positive(int), default=None, help="FFTs to integrate (default: all)")
+    p.add_argument("--plot", type=figure, default=None, help="write the lag amplitude figure here (.png)")
     _common(p)
     p.set_defaults(func=run_fringe)
 
@@ -59,7 +76,7 @@ def run_spectrum(a: argparse.Namespace) -> int:
     try:
         s = spectrum(fh, nfft=a.nfft, nint=a.nint)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise OptionError(str(exc)) from None
     tones = s.tones(a.threshold)
     if a.json:
         d = s.to_dict()
@@ -103,8 +120,8 @@ def run_bstate(a: argparse.Namespace) -> int:
 
 def run_fringe(a: argparse.Namespace) -> int:
     if len(a.files) > 2:
-        raise UsageError("give one file (with --pair) or two files")
-    text = a.pair or ("0,1" if len(a.files) == 1 else "0,0")
+        raise UsageError(f"argument FILE: give one file (with --pair) or two files, not {len(a.files)}")
+    text = a.pair if a.pair is not None else ("0,1" if len(a.files) == 1 else "0,0")
     try:
         pair = tuple(int(v) for v in text.split(","))
     except ValueError:
@@ -118,7 +135,7 @@ def run_fringe(a: argparse.Namespace) -> int:
     try:
         f = fringe(fa, fb, nfft=a.nfft, pair=(pair[0], pair[1]), nint=a.nint)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise OptionError(str(exc)) from None
     if a.json:
         print(json.dumps(f.to_dict()))
     else:

@@ -11,8 +11,23 @@ import time
 from typing import Any
 
 from . import _core
-from ._cli_args import UsageError, nonneg_int, positive, sigterm_as_interrupt, size
-from .recorder import Recorder, Sender, parse_address
+from ._cli_args import (
+    DEFAULTS,
+    OptionError,
+    UsageError,
+    add_signal_arguments,
+    default,
+    given,
+    integer,
+    number,
+    os_error,
+    output,
+    path,
+    positive,
+    sigterm_as_interrupt,
+    size,
+)
+from .recorder import Recorder, Sender
 from .reports import Summary
 from .table import HEADER, print_summary, row_line
 
@@ -34,84 +49,74 @@ def add_record(sub: Any) -> None:
         "second, and a summary. Exit status 0 when everything buffered reached the disk (network "
         "loss is reported, not an error), 1 otherwise, 2 on usage errors.",
     )
-    p.add_argument("--port", type=nonneg_int("--port"), required=True, help="UDP port (0: any free port)")
-    p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 or the interface address to hear the network)")
-    p.add_argument("--multicast", default=None, help="multicast group to join")
+    # Each flag's dest is the engine's name for the option, so errors map back to the flag.
+    p.add_argument("--port", type=integer, required=True, help="UDP port (0: any free port)")
+    p.add_argument("--bind", help=f"address to listen on (default {default('recorder', 'bind')}; 0.0.0.0 or the interface address to hear the network)")
+    p.add_argument("--multicast", help="multicast group to join")
     out = p.add_mutually_exclusive_group()
-    out.add_argument("--out", default=None, help="write to this file (rotated files get _0001, ...)")
-    out.add_argument("--dir", default=None, help="write {prefix}_{YYYY}y{DOY}d{HH}h{MM}m{SS}s.vdif files here")
-    p.add_argument("--prefix", default="vdifrec", help="file-name prefix with --dir (default vdifrec)")
+    out.add_argument("--out", dest="path", type=path, help="write to this file (rotated files get _0001, ...)")
+    out.add_argument("--dir", dest="directory", type=path, help="write {prefix}_{YYYY}y{DOY}d{HH}h{MM}m{SS}s.vdif files here")
+    p.add_argument("--prefix", help=f"file-name prefix with --dir (default {default('recorder', 'prefix')})")
     p.add_argument("--no-write", action="store_true", help="monitor only: write nothing")
-    p.add_argument("--duration", type=positive("--duration"), default=None, help="stop after this many seconds")
-    p.add_argument("--frames", type=positive("--frames", int), default=None, help="stop after this many frames")
-    p.add_argument("--ring", type=size("--ring"), default=1 << 30, help="ring buffer size (default 1GiB)")
-    p.add_argument("--frame-size", type=positive("--frame-size", int), default=None, help="bytes per frame incl. header (default: learned from the first frame)")
-    p.add_argument("--offset", type=nonneg_int("--offset"), default=0, help="bytes to strip before each frame (8 for a PSN)")
-    p.add_argument("--psn", action="store_true", help="count gaps in the 8-byte packet sequence numbers (with --offset 8)")
-    p.add_argument("--fps", type=positive("--fps", int), default=None, help="frames per second per thread (default: learned)")
-    p.add_argument("--file-size", type=size("--file-size"), default=None, help="start a new file after this many bytes")
-    p.add_argument("--capture-cpu", type=nonneg_int("--capture-cpu"), default=None, help="pin the capture thread to this CPU")
-    p.add_argument("--writer-cpu", type=nonneg_int("--writer-cpu"), default=None, help="pin the writer thread to this CPU")
-    p.add_argument("--no-direct", action="store_true", help="buffered writes instead of O_DIRECT")
-    p.add_argument("--rcvbuf", type=size("--rcvbuf"), default=256 << 20, help="socket receive buffer to ask for (default 256MiB)")
-    p.add_argument("--backend", default="udp", choices=["udp", "afpacket", "pfring"],
-                   help="capture backend: udp (default, no privileges), afpacket (TPACKET_V3 on --interface, CAP_NET_RAW), pfring (PF_RING on --interface)")
-    p.add_argument("--interface", default=None, help="network interface for the afpacket and pfring backends")
-    p.add_argument("--pfring-library", default=None, help="path of libpfring.so (default: the system's)")
-    p.add_argument("--summary-json", default=None, help="write the summary (every counter, every second) as JSON here")
-    p.add_argument("--status-listen", default=None, help="serve GET /status (JSON) and /metrics (Prometheus) at HOST:PORT (PORT alone: localhost)")
+    p.add_argument("--duration", type=positive(), default=None, help="stop after this many seconds")
+    p.add_argument("--frames", dest="max_frames", type=integer, help="stop after this many frames")
+    p.add_argument("--ring", type=size, help=f"ring buffer size (default {default('recorder', 'ring')})")
+    p.add_argument("--frame-size", type=integer, help="bytes per frame incl. header (default: learned from the first frame)")
+    p.add_argument("--offset", type=integer, help="bytes to strip before each frame (8 for a PSN; default 0)")
+    p.add_argument("--psn", action="store_true", default=None, help="count gaps in the 8-byte packet sequence numbers (with --offset 8)")
+    p.add_argument("--fps", type=integer, help="frames per second per thread (default: learned)")
+    p.add_argument("--file-size", type=size, help="start a new file after this many bytes")
+    p.add_argument("--capture-cpu", type=integer, help="pin the capture thread to this CPU")
+    p.add_argument("--writer-cpu", type=integer, help="pin the writer thread to this CPU")
+    p.add_argument("--no-direct", dest="direct", action="store_false", default=None, help="buffered writes instead of O_DIRECT")
+    p.add_argument("--rcvbuf", type=size, help=f"socket receive buffer to ask for (default {default('recorder', 'rcvbuf')})")
+    p.add_argument("--backend", help="capture backend: udp (default, no privileges), afpacket (TPACKET_V3 on --interface, CAP_NET_RAW), pfring (PF_RING on --interface)")
+    p.add_argument("--interface", help="network interface for the afpacket and pfring backends")
+    p.add_argument("--pfring-library", type=path, help="path of libpfring.so (default: the system's)")
+    p.add_argument("--summary-json", type=output, default=None, help="write the summary (every counter, every second) as JSON here")
+    p.add_argument("--status-listen", help="serve GET /status (JSON) and /metrics (Prometheus) at HOST:PORT (PORT alone: localhost)")
     p.add_argument("--quiet", action="store_true", help="no per-second table")
     p.set_defaults(func=run_record)
 
 
 def run_record(a: argparse.Namespace) -> int:
-    if a.psn and a.offset < 8:
-        raise UsageError("--psn needs --offset 8 (the sequence number is 8 bytes before each frame)")
-    if not (a.out or a.dir or a.no_write):
+    if not (a.path or a.directory or a.no_write):
         raise UsageError("where to? give --out FILE, --dir DIR (with --prefix), or --no-write to monitor only")
-    rec = Recorder(
-        port=a.port,
-        bind=a.bind,
-        multicast=a.multicast,
-        path=None if a.no_write else a.out,
-        directory=None if a.no_write else a.dir,
-        prefix=a.prefix,
-        ring=a.ring,
-        frame_size=a.frame_size,
-        offset=a.offset,
-        psn=a.psn,
-        fps=a.fps,
-        file_size=a.file_size,
-        capture_cpu=a.capture_cpu,
-        writer_cpu=a.writer_cpu,
-        direct=not a.no_direct,
-        backend=a.backend,
-        rcvbuf=a.rcvbuf,
-        max_frames=a.frames,
-        status_listen=a.status_listen,
-        interface=a.interface,
-        pfring_library=a.pfring_library,
-    )
+    options = given(a, "recorder")
+    if a.no_write:
+        options.pop("path", None)
+        options.pop("directory", None)
+    # The engine checks every option here, before any file is opened or socket bound.
+    rec = Recorder(**options)
     with sigterm_as_interrupt():
         try:
             rec.start()
-        except (_core.OutputError, _core.PortInUseError, ValueError) as exc:
+        except _core.ArgumentError:
+            raise
+        except (_core.OutputError, _core.PortInUseError) as exc:
+            # Where to write, or a port taken: the operator's to change (named where the engine says which).
+            raise OptionError(str(exc)) from None
+        except ValueError as exc:
             raise UsageError(str(exc)) from None
         except _core.RecorderError as exc:
             print(f"vdifrec record: {exc}", file=sys.stderr)
             return 1
-        summary = follow(rec, duration=a.duration, quiet=a.quiet, bind=a.bind)
+        summary = follow(rec, duration=a.duration, quiet=a.quiet)
     print_summary(summary, sys.stdout)
     if a.summary_json:
-        with open(a.summary_json, "w") as fh:
-            json.dump(summary.to_dict(), fh, indent=1)
+        try:
+            with open(a.summary_json, "w") as fh:
+                json.dump(summary.to_dict(), fh, indent=1)
+        except OSError as exc:  # checked before the recording; gone or unwritable since
+            print(f"vdifrec record: cannot write the summary: {os_error(exc)}", file=sys.stderr)
+            return 1
     if not summary.ok:
         print(f"vdifrec record: not everything buffered reached the disk: {summary.error}", file=sys.stderr)
         return 1
     return 0
 
 
-def follow(rec: Recorder, duration: float | None, quiet: bool, bind: str, out: Any = None) -> Summary:
+def follow(rec: Recorder, duration: float | None, quiet: bool, out: Any = None) -> Summary:
     """Prints notes, the listening line and the table until the duration ends, the frame limit
     is reached, the recording fails or Ctrl-C/SIGTERM; then stops and returns the summary."""
     out = out or sys.stdout
@@ -150,7 +155,7 @@ def follow(rec: Recorder, duration: float | None, quiet: bool, bind: str, out: A
             s = rec.stats()
             quiet_for = s.seconds_since_datagram if s.seconds_since_datagram is not None else time.monotonic() - start
             if quiet_for >= IDLE_WARNING_S and not idle_warned:
-                local_only = rec.backend == "udp" and bind.startswith("127.")
+                local_only = rec.listening.startswith("127.")
                 hint = " (127.0.0.1 hears only this host: --bind 0.0.0.0 or the interface address)" if local_only else ""
                 print(f"no packets for {quiet_for:.0f} s on {rec.listening}{hint}", file=out, flush=True)
                 idle_warned = True
@@ -181,41 +186,26 @@ def add_send(sub: Any) -> None:
         "bytes by default (8.224 Gbps). Faults can be injected: --drop, --reorder, --garbage.",
     )
     p.add_argument("--to", required=True, help="HOST:PORT to send to")
-    p.add_argument("--duration", type=positive("--duration"), default=None, help="seconds of stream to send")
-    p.add_argument("--frames", type=positive("--frames", int), default=None, help="frames to send (all threads)")
-    p.add_argument("--fps", type=positive("--fps", int), default=125000, help="frames per second per thread (default 125000)")
-    p.add_argument("--frame-size", type=positive("--frame-size", int), default=8224, help="bytes per frame incl. header (default 8224)")
-    p.add_argument("--nchan", type=positive("--nchan", int), default=4, help="channels (default 4)")
-    p.add_argument("--bits", type=int, choices=[1, 2, 4, 8], default=2, help="bits per sample (default 2)")
-    p.add_argument("--threads", type=positive("--threads", int), default=1, help="VDIF threads (default 1)")
-    p.add_argument("--station", type=nonneg_int("--station"), default=0, help="station id")
-    p.add_argument("--ref-epoch", type=nonneg_int("--ref-epoch"), default=None, help="reference epoch (default: now)")
-    p.add_argument("--start-second", type=nonneg_int("--start-second"), default=None, help="VDIF seconds of the first frame (default: now)")
-    p.add_argument("--tone-mhz", type=float, default=None, help="tone frequency in MHz (default 0.390625 of the band)")
-    p.add_argument("--seed", type=int, default=1, help="random seed of the payload pool")
-    p.add_argument("--psn", action="store_true", help="prepend an 8-byte packet sequence number")
-    p.add_argument("--drop", default=None, help="frames to leave out: S:A-B (second S from the start, frames A..B), every:N")
-    p.add_argument("--reorder", type=positive("--reorder", int), default=None, help="swap every N-th frame with the next")
-    p.add_argument("--garbage", type=nonneg_int("--garbage"), default=0, help="stray datagrams of random size and content to mix in")
-    p.add_argument("--file", default=None, help="replay this VDIF file instead of generating")
-    p.add_argument("--record-sent", default=None, help="write exactly the frames sent to this file")
-    p.add_argument("--cpu", type=nonneg_int("--cpu"), default=None, help="pin the sender to this CPU")
+    p.add_argument("--duration", type=number, help="seconds of stream to send")
+    p.add_argument("--frames", type=integer, help="frames to send (all threads)")
+    add_signal_arguments(p)
+    p.add_argument("--psn", action="store_true", default=None, help="prepend an 8-byte packet sequence number")
+    p.add_argument("--drop", help="frames to leave out: S:A-B (second S from the start, frames A..B), every:N")
+    p.add_argument("--reorder", type=integer, help="swap every N-th frame with the next")
+    p.add_argument("--garbage", type=integer, help="stray datagrams of random size and content to mix in")
+    p.add_argument("--file", type=path, help="replay this VDIF file instead of generating")
+    p.add_argument("--record-sent", help="write exactly the frames sent to this file")
+    p.add_argument("--cpu", type=integer, help="pin the sender to this CPU")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run_send)
 
 
 def run_send(a: argparse.Namespace) -> int:
-    if a.duration is None and a.frames is None and a.file is None:
-        raise UsageError("give --duration SECONDS or --frames N (or --file F) to bound what is sent")
+    options = given(a, "sender") | given(a, "signal")
+    options.pop("to")
     try:
-        host, port = parse_address(a.to, "--to")
-        sender = Sender(
-            (host, port), duration=a.duration, frames=a.frames, fps=a.fps, frame_size=a.frame_size,
-            nchan=a.nchan, bits=a.bits, threads=a.threads, station=a.station, ref_epoch=a.ref_epoch,
-            start_second=a.start_second, tone_mhz=a.tone_mhz, seed=a.seed, psn=a.psn, drop=a.drop,
-            reorder=a.reorder, garbage=a.garbage, file=a.file, record_sent=a.record_sent, cpu=a.cpu,
-        )
-    except ValueError as exc:
+        sender = Sender(a.to, **options)
+    except _core.SenderError as exc:
         raise UsageError(str(exc)) from None
     with sigterm_as_interrupt():
         try:
@@ -227,7 +217,7 @@ def run_send(a: argparse.Namespace) -> int:
         print(json.dumps(result, indent=1))
     else:
         print(
-            f"sent {result['frames_sent']} frames ({result['bytes_sent']} bytes) to {host}:{port} in "
+            f"sent {result['frames_sent']} frames ({result['bytes_sent']} bytes) to {a.to} in "
             f"{result['duration_s']:.2f} s: {result['gbps']:.3f} Gbit/s; dropped {result['frames_dropped']}, "
             f"reordered {result['frames_reordered']}, garbage {result['garbage_sent']}, refused {result['refused']}"
         )
@@ -245,10 +235,10 @@ def add_demo(sub: Any) -> None:
         "x 2 bits, a 200 MHz tone) to 127.0.0.1, records it into a temporary folder with the per-second "
         "table and summary, then checks the file.",
     )
-    p.add_argument("--seconds", type=positive("--seconds"), default=10.0, help="seconds to send (default 10)")
-    p.add_argument("--fps", type=positive("--fps", int), default=125000, help="frames per second (default 125000)")
-    p.add_argument("--ring", type=size("--ring"), default=1 << 30, help="ring buffer size (default 1GiB)")
-    p.add_argument("--keep", default=None, help="record into this folder and keep the file (default: a temporary folder)")
+    p.add_argument("--seconds", type=positive(), default=10.0, help="seconds to send (default 10)")
+    p.add_argument("--fps", type=integer, help=f"frames per second (default {DEFAULTS['signal']['fps']})")
+    p.add_argument("--ring", type=size, help=f"ring buffer size (default {default('recorder', 'ring')})")
+    p.add_argument("--keep", type=path, default=None, help="record into this folder and keep the file (default: a temporary folder)")
     p.set_defaults(func=run_demo)
 
 
@@ -260,25 +250,36 @@ def run_demo(a: argparse.Namespace) -> int:
     # On four or more CPUs, give the capture, the writer and the sender a CPU each.
     pin = len(cpus) >= 4
     with tempfile.TemporaryDirectory(prefix="vdifrec-demo-") as tmp:
-        folder = a.keep or tmp
-        os.makedirs(folder, exist_ok=True)
+        folder = a.keep if a.keep is not None else tmp
+        fps = a.fps if a.fps is not None else DEFAULTS["signal"]["fps"]
+        frame_size = DEFAULTS["signal"]["frame_size"]
+        # The engine checks --fps and --ring here, before a folder is made or a socket bound.
         rec = Recorder(
-            port=0, directory=folder, prefix="demo_fila10g", ring=a.ring, frame_size=8224, fps=a.fps,
-            capture_cpu=cpus[-1] if pin else None, writer_cpu=cpus[-2] if pin else None,
+            port=0, directory=folder, prefix="demo_fila10g", ring=a.ring if a.ring is not None else DEFAULTS["recorder"]["ring"],
+            frame_size=frame_size, fps=fps, capture_cpu=cpus[-1] if pin else None, writer_cpu=cpus[-2] if pin else None,
         )
-        rec.start()
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            raise UsageError(f"--keep: {folder} is not a folder")
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--keep: cannot make the folder {folder}: {exc.strerror or exc}") from None
+        try:
+            rec.start()
+        except (_core.OutputError, _core.PortInUseError) as exc:
+            raise OptionError(str(exc)) from None
         assert rec.address is not None
-        print(f"demo: sending {a.seconds:g} s of the reference stream ({a.fps} frames/s of 8224 bytes, "
-              f"{a.fps * 8224 * 8 / 1e9:.3f} Gbit/s) to {rec.address[0]}:{rec.address[1]}; recording into {folder}")
-        sender = Sender(rec.address, duration=a.seconds, fps=a.fps, cpu=cpus[-3] if pin else None)
+        print(f"demo: sending {a.seconds:g} s of the reference stream ({fps} frames/s of {frame_size} bytes, "
+              f"{fps * frame_size * 8 / 1e9:.3f} Gbit/s) to {rec.address[0]}:{rec.address[1]}; recording into {folder}")
+        sender = Sender(rec.address, duration=a.seconds, fps=fps, cpu=cpus[-3] if pin else None)
         with sigterm_as_interrupt():
-            summary = follow(rec, duration=a.seconds + 1.5, quiet=False, bind="127.0.0.1")
+            summary = follow(rec, duration=a.seconds + 1.5, quiet=False)
         sent = sender.stop()
         print_summary(summary, sys.stdout)
         print(f"sender: {sent['frames_sent']} frames sent at {sent['gbps']:.3f} Gbit/s")
         code = 0 if summary.ok else 1
         for f in summary.files:
             print(f"\n$ vdifrec check {f.path}")
-            report = check(f.path, fps=a.fps)
+            report = check(f.path, fps=fps)
             print_check_report(report)
         return code

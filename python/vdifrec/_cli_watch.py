@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import urllib.parse
 from typing import Any, TextIO
 
 from ._cli_args import positive, sigterm_as_interrupt
@@ -19,12 +20,29 @@ from .remote import RemoteStatus
 def add_watch(sub: Any) -> None:
     p = sub.add_parser("watch", help="poll a recorder's status endpoint and print a line every few seconds",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("address", help="HOST:PORT of the recorder's --status-listen")
-    p.add_argument("--every", type=positive("--every"), default=3.0, help="seconds between polls (default 3)")
-    p.add_argument("--count", type=positive("--count", int), default=None, help="stop after this many polls")
-    p.add_argument("--stalled-after", type=positive("--stalled-after"), default=5.0,
+    p.add_argument("address", type=status_address, help="HOST:PORT of the recorder's --status-listen")
+    p.add_argument("--every", type=positive(), default=3.0, help="seconds between polls (default 3)")
+    p.add_argument("--count", type=positive(int), default=None, help="stop after this many polls")
+    p.add_argument("--stalled-after", type=positive(), default=5.0,
                    help="call the stream stopped after this many seconds without packets (default 5)")
     p.set_defaults(func=run_watch)
+
+
+def status_address(text: str) -> str:
+    """HOST:PORT (or http://HOST:PORT), as a recorder's --status-listen serves it: the form
+    only; whether anyone answers there is what watch reports, poll by poll."""
+    url = text if "://" in text else "http://" + text
+    problem = argparse.ArgumentTypeError(f"expected HOST:PORT (a port 1..65535) such as 127.0.0.1:8089, got {text!r}")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is no number, or out of 0..65535
+        raise problem from None
+    if parts.scheme != "http":
+        raise argparse.ArgumentTypeError(f"the status endpoint speaks plain http: give HOST:PORT, got {text!r}")
+    if not parts.hostname or port is None or not 1 <= port <= 65535:
+        raise problem
+    return text
 
 
 def _loud(text: str, out: TextIO) -> str:
@@ -50,12 +68,11 @@ def run_watch(a: argparse.Namespace, out: TextIO | None = None) -> int:
                     print(_loud(f"{now} !!! NO ANSWER from {a.address}: {exc} !!!", out), file=out, flush=True)
                     continue
                 st = doc["stats"]
-                totals = st["totals"]
                 causes = {
-                    "network": max(totals["lost"] - st["kernel_drops"], 0),
+                    "network": max(st["frames_lost"] - st["kernel_drops"], 0),
                     "kernel": st["kernel_drops"],
                     "ring": st["ring_overflows"],
-                    "malformed": sum(st["malformed"].values()),
+                    "malformed": st["datagrams_malformed"],
                 }
                 lost = sum(causes.values())
                 file_name = (doc["current_file"] or "-").rsplit("/", 1)[-1]

@@ -1,12 +1,13 @@
 """Type stubs for the Rust extension ``vdifrec._core`` (private: use the ``vdifrec`` package)."""
 
 from os import PathLike
-from typing import final
+from typing import Any, TypedDict, final
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "ArgumentError",
     "DiscardReceiver",
     "CrossAccumulator",
     "FileReader",
@@ -27,6 +28,7 @@ __all__ = [
     "check",
     "cross_frames",
     "decode_payloads",
+    "defaults",
     "disk_write_test",
     "find_tones",
     "generate",
@@ -41,6 +43,9 @@ __all__ = [
 
 __version__: str
 TWO_BIT_THRESHOLD_SIGMA: float
+
+class ArgumentError(ValueError):
+    """An option's value cannot be used. The message starts with the option's name (``ring: ...``)."""
 
 class HeaderError(ValueError):
     """A VDIF header is malformed or a field value does not fit."""
@@ -60,43 +65,92 @@ class OutputError(RecorderError):
 class SenderError(RuntimeError):
     """The sender could not start or failed."""
 
+# The options each part of the engine takes, as keywords. Every default is the engine's own
+# (``defaults()``); a name left out takes it. Sizes are bytes or text such as "8GiB".
+_Size = int | str
+_Path = str | PathLike[str]
+
+class RecorderOptions(TypedDict, total=False):
+    port: int
+    bind: str
+    multicast: str | None
+    path: _Path | None
+    directory: _Path | None
+    prefix: str
+    ring: _Size
+    frame_size: int | None
+    offset: int
+    psn: bool
+    fps: int | None
+    file_size: _Size | None
+    capture_cpu: int | None
+    writer_cpu: int | None
+    direct: bool
+    rcvbuf: _Size
+    huge_pages: bool
+    mlock: bool
+    max_frames: int | None
+    backend: str
+    interface: str | None
+    pfring_library: _Path | None
+    pfring_check_module: bool
+    throttle: _Size | None
+    disk_limit: _Size | None
+    big_endian: bool
+    status_listen: str | None
+
+class SignalOptions(TypedDict, total=False):
+    frame_size: int
+    fps: int
+    nchan: int
+    bits: int
+    threads: int
+    tone_mhz: float | None
+    tone_amplitude: float
+    correlation: float
+    delay: int
+    seed: int
+    station: int
+    edv: int
+    ref_epoch: int | None
+    start_second: int | None
+
+class SenderOptions(TypedDict, total=False):
+    to: str
+    duration: float | None
+    frames: int | None
+    psn: bool
+    drop: str | None
+    reorder: int | None
+    garbage: int
+    file: _Path | None
+    record_sent: _Path | None
+    pool: int
+    cpu: int | None
+    signal: SignalOptions
+
+class GenerateOptions(TypedDict, total=False):
+    seconds: float
+    signal: SignalOptions
+
+class CheckOptions(TypedDict, total=False):
+    fps: int | None
+    frame_size: int | None
+
+def defaults() -> dict[str, dict[str, Any]]:
+    """Every option's default, by part: ``recorder``, ``sender``, ``signal``, ``generate``, ``check``."""
+
 @final
 class Recorder:
-    """The recording engine; see ``vdifrec.Recorder`` for the arguments."""
+    """The recording engine; see ``vdifrec.Recorder`` for the options."""
 
-    def __new__(
-        cls,
-        *,
-        port: int,
-        bind: str = "127.0.0.1",
-        multicast: str | None = None,
-        path: str | None = None,
-        directory: str | None = None,
-        prefix: str = "vdifrec",
-        ring: int = 1073741824,
-        frame_size: int | None = None,
-        offset: int = 0,
-        psn: bool = False,
-        fps: int | None = None,
-        file_size: int | None = None,
-        capture_cpu: int | None = None,
-        writer_cpu: int | None = None,
-        direct: bool = True,
-        rcvbuf: int = 268435456,
-        huge_pages: bool = True,
-        mlock: bool = True,
-        max_frames: int | None = None,
-        backend: str = "udp",
-        throttle: int | None = None,
-        disk_limit: int | None = None,
-        big_endian: bool = False,
-        status_listen: str | None = None,
-        interface: str | None = None,
-        pfring_library: str | None = None,
-        pfring_check_module: bool = True,
-    ) -> Recorder: ...
+    def __new__(cls, options: RecorderOptions) -> Recorder:
+        """Checks every option (ArgumentError names a bad one); starts nothing."""
     def start(self) -> tuple[str, int]:
-        """Binds, allocates the ring, starts the threads; the bound (host, port)."""
+        """Allocates the ring, binds, starts the threads; the bound (host, port)."""
+    @property
+    def source(self) -> str | None:
+        """Where the stream is taken from (``127.0.0.1:46227``, ``eth2:46227 (afpacket)``)."""
     def stop(self) -> str | None:
         """Drains to disk; the summary as JSON (None if never started)."""
     def stats(self) -> str | None:
@@ -128,7 +182,7 @@ class RingView:
 
 @final
 class DiscardReceiver:
-    """Benchmark baseline: a plain recvmmsg-and-discard loop."""
+    """Benchmark baseline (bench builds only): a plain recvmmsg-and-discard loop."""
 
     def __new__(cls, bind: str = "127.0.0.1", port: int = 0, rcvbuf: int = 268435456) -> DiscardReceiver: ...
     @property
@@ -194,63 +248,21 @@ def cross_frames(
 def bit_states(
     frames: npt.NDArray[np.uint8], header_size: int, bits: int, nchan: int, complex: bool
 ) -> npt.NDArray[np.uint64]: ...
-def verify_sent(
-    path: str | PathLike[str],
-    *,
-    ref_epoch: int,
-    start_second: int,
-    fps: int = 125000,
-    frame_size: int = 8224,
-    nchan: int = 4,
-    bits: int = 2,
-    threads: int = 1,
-    tone_mhz: float | None = None,
-    tone_amplitude: float = 0.3,
-    seed: int = 1,
-    station: int = 0,
-    edv: int = 0,
-    pool: int = 1024,
-) -> str:
-    """Compares a recording frame by frame with what ``vdifrec send`` sent (JSON)."""
+def verify_sent(path: str | PathLike[str], signal: SignalOptions, pool: int | None = None) -> str:
+    """Compares a recording frame by frame with what a send of ``signal`` sent (JSON)."""
 def disk_write_test(
     directory: str | PathLike[str], block: int, threads: int, max_bytes: int, seconds: float
 ) -> tuple[float, bool]:
     """Host probe: (bytes per second, O_DIRECT used) of a short write test."""
 def writer_throughput(directory: str | PathLike[str], total_bytes: int, frame_size: int = 8224, direct: bool = True) -> str:
-    """Benchmark probe: the writer alone, fed from memory (JSON)."""
+    """Benchmark baseline (bench builds only): the writer alone, fed from memory (JSON)."""
 
 @final
 class Sender:
     """A paced VDIF sender running in its own thread; see ``vdifrec.Sender``."""
 
-    def __new__(
-        cls,
-        host: str,
-        port: int,
-        *,
-        duration: float | None = None,
-        frames: int | None = None,
-        fps: int = 125000,
-        frame_size: int = 8224,
-        nchan: int = 4,
-        bits: int = 2,
-        threads: int = 1,
-        tone_mhz: float | None = None,
-        tone_amplitude: float = 0.3,
-        seed: int = 1,
-        station: int = 0,
-        edv: int = 0,
-        ref_epoch: int | None = None,
-        start_second: int | None = None,
-        psn: bool = False,
-        drop: str | None = None,
-        reorder: int | None = None,
-        garbage: int = 0,
-        file: str | None = None,
-        record_sent: str | None = None,
-        pool: int = 1024,
-        cpu: int | None = None,
-    ) -> Sender: ...
+    def __new__(cls, options: SenderOptions) -> Sender:
+        """Checks every option (ArgumentError names a bad one), prepares and starts sending."""
     def wait(self, timeout: float | None = None) -> str | None:
         """The summary as JSON once finished, else None after ``timeout`` seconds."""
     def stop(self) -> str: ...
@@ -374,27 +386,11 @@ def decode_payloads(
     frames: npt.NDArray[np.uint8], header_size: int, bits: int, out: npt.NDArray[np.float32]
 ) -> None: ...
 def plain_lut_decode(data: npt.NDArray[np.uint8], out: npt.NDArray[np.float32]) -> None:
-    """Benchmark baseline: 2-bit lookup-table decode of raw bytes (no frames)."""
-def check(path: str | PathLike[str], fps: int | None = None, frame_size: int | None = None) -> str: ...
-def generate(
-    path: str | PathLike[str],
-    *,
-    seconds: float = 1.0,
-    fps: int = 125000,
-    frame_size: int = 8224,
-    nchan: int = 4,
-    bits: int = 2,
-    threads: int = 1,
-    tone_mhz: float | None = None,
-    tone_amplitude: float = 0.3,
-    correlation: float = 0.0,
-    delay: int = 0,
-    seed: int = 1,
-    station: int = 0,
-    edv: int = 0,
-    ref_epoch: int | None = None,
-    start_second: int | None = None,
-) -> Header: ...
+    """Benchmark baseline (bench builds only): 2-bit lookup-table decode of raw bytes."""
+def check(path: str | PathLike[str], options: CheckOptions | None = None) -> str:
+    """Checks a file in one pass; the report as JSON."""
+def generate(path: str | PathLike[str], options: GenerateOptions) -> Header:
+    """Writes a synthetic recording; the header of its first frame."""
 def parse_size_arg(name: str, text: str) -> int: ...
 def two_bit_state_fractions(threshold_sigma: float) -> tuple[float, float, float, float]: ...
 def build_profile() -> str: ...

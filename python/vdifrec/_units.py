@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections.abc import Mapping
+from typing import Any, TypeVar, cast
 
-from . import _core
+T = TypeVar("T", bound=Mapping[str, Any])
 
 
 def to_hz(value: Any, name: str = "sample_rate") -> float | None:
@@ -26,21 +28,13 @@ def to_hz(value: Any, name: str = "sample_rate") -> float | None:
     return hz
 
 
-def to_bytes(value: int | str | None, name: str) -> int | None:
-    """A byte count from an int or a string like "8GiB" (None stays None); the error names the argument."""
-    if value is None:
-        return None
-    return size(value, name)
-
-
-def size(value: int | str, name: str) -> int:
-    """A byte count from an int or a string like "8GiB"; the error names the argument."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name}: expected a size such as 1073741824 or \"1GiB\", got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"{name}: a size cannot be negative, got {value}")
-        return value
-    if isinstance(value, str):
-        return _core.parse_size_arg(name, value)
-    raise ValueError(f"{name}: expected a size such as 1073741824 or \"1GiB\", got {value!r}")
+def plain_options(options: T) -> T:
+    """Options as the engine takes them: paths as text (nested dicts too), the rest as given."""
+    out: dict[str, Any] = {}
+    for k, v in options.items():
+        if isinstance(v, os.PathLike):
+            v = os.fspath(v)
+        elif isinstance(v, dict):
+            v = plain_options(v)
+        out[k] = v
+    return cast(T, out)

@@ -9,7 +9,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _cli_doctor, _cli_monitor, _cli_quality, _cli_record, _cli_watch, _core
-from ._cli_args import UsageError, positive
+from ._cli_args import (
+    DEFAULTS,
+    OptionError,
+    Parser,
+    UsageError,
+    add_signal_arguments,
+    argument_error,
+    given,
+    integer,
+    number,
+    os_error,
+    path,
+    positive,
+)
 from .files import check, generate
 
 __all__ = ["main"]
@@ -29,52 +42,27 @@ def _add_generate(sub: Any) -> None:
         "as VDIF frames with valid headers. Defaults: the reference 8.224 Gbps stream "
         "(125000 frames/s of 8224 bytes, 4 channels x 2 bits, 1024 Msps, tone at 200 MHz of 512).",
     )
-    p.add_argument("out", help="output file (.vdif)")
-    p.add_argument("--seconds", type=positive("--seconds"), default=1.0, help="seconds of data (default 1)")
-    p.add_argument("--fps", type=positive("--fps", int), default=125000, help="frames per second per thread")
-    p.add_argument("--frame-size", type=positive("--frame-size", int), default=8224, help="bytes per frame incl. header")
-    p.add_argument("--nchan", type=positive("--nchan", int), default=4, help="channels per frame (power of two)")
-    p.add_argument("--bits", type=int, choices=[1, 2, 4, 8], default=2, help="bits per sample")
-    p.add_argument("--threads", type=positive("--threads", int), default=1, help="VDIF threads")
-    p.add_argument("--tone-mhz", type=float, default=None, help="tone frequency in MHz within the band (default: 0.390625 of the band)")
-    p.add_argument("--tone-amplitude", type=float, default=0.3, help="tone amplitude in noise sigmas (default 0.3)")
-    p.add_argument("--correlation", type=float, default=0.0, help="correlation of a common noise between inputs (0..1)")
-    p.add_argument("--delay", type=int, default=0, help="lag of the common noise per input, in samples")
-    p.add_argument("--edv", type=int, choices=[0, 1, 3], default=0, help="extended data version of the headers")
-    p.add_argument("--station", type=int, default=0, help="station id (16 bits)")
-    p.add_argument("--ref-epoch", type=int, default=None, help="reference epoch (half-years since 2000; default: now)")
-    p.add_argument("--start-second", type=int, default=None, help="VDIF seconds of the first frame (default: now)")
-    p.add_argument("--seed", type=int, default=1, help="random seed")
+    p.add_argument("out", type=path, help="output file (.vdif)")
+    p.add_argument("--seconds", type=number, help=f"seconds of data (default {DEFAULTS['generate']['seconds']:g})")
+    add_signal_arguments(p)
+    p.add_argument("--correlation", type=number, help="correlation of a common noise between inputs, 0..1 (default 0)")
+    p.add_argument("--delay", type=integer, help="lag of the common noise per input, in samples (default 0)")
     p.set_defaults(func=_run_generate)
 
 
 def _run_generate(a: argparse.Namespace) -> int:
+    signal = given(a, "signal")
     try:
-        h = generate(
-            a.out,
-            seconds=a.seconds,
-            fps=a.fps,
-            frame_size=a.frame_size,
-            nchan=a.nchan,
-            bits=a.bits,
-            threads=a.threads,
-            tone_mhz=a.tone_mhz,
-            tone_amplitude=a.tone_amplitude,
-            correlation=a.correlation,
-            delay=a.delay,
-            seed=a.seed,
-            station=a.station,
-            edv=a.edv,
-            ref_epoch=a.ref_epoch,
-            start_second=a.start_second,
-        )
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    frames = round(a.seconds * a.fps) * a.threads
-    rate = a.fps * h.samples_per_frame
+        h = generate(a.out, seconds=a.seconds, **signal)
+    except OSError as exc:
+        raise UsageError(os_error(exc)) from None
+    seconds = a.seconds if a.seconds is not None else DEFAULTS["generate"]["seconds"]
+    fps, threads = signal.get("fps", DEFAULTS["signal"]["fps"]), signal.get("threads", DEFAULTS["signal"]["threads"])
+    frames = max(round(seconds * fps), 1) * threads
+    rate = fps * h.samples_per_frame
     print(
         f"wrote {a.out}: {frames} frames of {h.frame_size} bytes ({frames * h.frame_size} bytes), "
-        f"{a.threads} thread(s) x {h.nchan} ch x {h.bits} bit, {rate / 1e6:g} Msps per channel, "
+        f"{threads} thread(s) x {h.nchan} ch x {h.bits} bit, {rate / 1e6:g} Msps per channel, "
         f"ref_epoch {h.ref_epoch} seconds {h.seconds}"
     )
     return OK
@@ -91,9 +79,9 @@ def _add_check(sub: Any) -> None:
         "counts per thread, gaps, out-of-order and duplicate frames, invalid-flagged frames, "
         "corrupt stretches. Exit status 0 when clean, 1 when anything is wrong, 2 on usage errors.",
     )
-    p.add_argument("file", help="VDIF file")
-    p.add_argument("--fps", type=positive("--fps", int), default=None, help="frames per second per thread (default: learned)")
-    p.add_argument("--frame-size", type=positive("--frame-size", int), default=None, help="frame size in bytes (default: from the first header)")
+    p.add_argument("file", type=path, help="VDIF file")
+    p.add_argument("--fps", type=integer, help="frames per second per thread (default: learned)")
+    p.add_argument("--frame-size", type=integer, help="frame size in bytes (default: from the first header)")
     p.add_argument("--json", action="store_true", help="print the report as JSON (keys in the README)")
     p.add_argument("--seconds", action="store_true", help="print every second's counts, not only problem seconds")
     p.set_defaults(func=_run_check)
@@ -103,7 +91,7 @@ def _run_check(a: argparse.Namespace) -> int:
     try:
         report = check(a.file, fps=a.fps, frame_size=a.frame_size)
     except OSError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(os_error(exc)) from None
     except _core.FormatError as exc:
         print(f"vdifrec check: {exc}", file=sys.stderr)
         return PROBLEMS
@@ -166,8 +154,8 @@ def print_check_report(r: dict[str, Any], every_second: bool = False) -> None:
 
 def _add_info(sub: Any) -> None:
     p = sub.add_parser("info", help="describe a VDIF file's stream (headers, rate, threads, time)")
-    p.add_argument("file", help="VDIF file")
-    p.add_argument("--sample-rate", type=positive("--sample-rate"), default=None, help="Hz per channel, if the file cannot tell")
+    p.add_argument("file", type=path, help="VDIF file")
+    p.add_argument("--sample-rate", type=positive(), default=None, help="Hz per channel, if the file cannot tell")
     p.set_defaults(func=_run_info)
 
 
@@ -180,7 +168,7 @@ def _run_info(a: argparse.Namespace) -> int:
             print(f"header0      {fh.header0!r}")
             print(f"shape        {fh.shape} {fh.dtype}")
     except OSError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(os_error(exc)) from None
     except _core.FormatError as exc:
         print(f"vdifrec info: {exc}", file=sys.stderr)
         return PROBLEMS
@@ -204,15 +192,23 @@ _COMMANDS: list[Callable[[Any], None]] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="vdifrec",
         description="Record 10 GbE VDIF streams without losing a byte; check what was recorded.",
     )
     p.add_argument("--version", action="version", version=f"vdifrec {_core.__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for add in _COMMANDS:
         add(sub)
     return p
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub: argparse.ArgumentParser = action.choices[command]
+            return sub
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -220,6 +216,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+    except (_core.ArgumentError, OptionError) as exc:
+        # The engine (or the Python API) names the parameter; the operator typed a flag.
+        parser.exit(USAGE, f"vdifrec {args.command}: error: {argument_error(_subparser(parser, args.command), exc)}\n")
     except UsageError as exc:
         parser.exit(USAGE, f"vdifrec {args.command}: error: {exc}\n")
     except KeyboardInterrupt:

@@ -22,9 +22,9 @@ from . import _core
 
 __all__ = ["Finding", "run_checks", "RATE_BYTES"]
 
-# The reference stream: 125000 frames/s of 8224 bytes.
-RATE_BYTES = 125_000 * 8224
-FRAME_SIZE = 8224
+# The reference stream (the generator's defaults): 125000 frames/s of 8224 bytes.
+FRAME_SIZE: int = _core.defaults()["signal"]["frame_size"]
+RATE_BYTES: int = _core.defaults()["signal"]["fps"] * FRAME_SIZE
 # Headers a frame needs around it on the wire: IPv4 20 + UDP 8 (+ an 8-byte PSN).
 IP_UDP = 28
 
@@ -83,8 +83,8 @@ def check_mtu(interface: str | None) -> Finding:
     mtu = int(v)
     need = FRAME_SIZE + IP_UDP + 8
     if mtu >= need:
-        return Finding("mtu", "ok", mtu, f"MTU {mtu} fits an 8224-byte frame (+ headers and a PSN: {need})")
-    return Finding("mtu", "fail", mtu, f"MTU {mtu} < {need}: 8224-byte frames would be fragmented",
+        return Finding("mtu", "ok", mtu, f"MTU {mtu} fits a {FRAME_SIZE}-byte frame (+ headers and a PSN: {need})")
+    return Finding("mtu", "fail", mtu, f"MTU {mtu} < {need}: {FRAME_SIZE}-byte frames would be fragmented",
                    f"ip link set dev {interface} mtu 9000")
 
 
@@ -273,10 +273,13 @@ def suggest_cpus(interface: str | None) -> Finding:
                    f"suggested: --capture-cpu {capture} --writer-cpu {writer}{where}, away from the NIC's interrupts")
 
 
-def run_checks(interface: str | None, path: str, quick: bool, ring: int = 1 << 30) -> list[Finding]:
+def run_checks(interface: str | None, path: str, quick: bool, ring: int | None = None) -> list[Finding]:
     t0 = time.monotonic()
+    recorder = _core.defaults()["recorder"]
+    ring = recorder["ring"] if ring is None else ring
     findings = [
-        check_sysctl("rmem_max", "net.core.rmem_max", 268435456, "the socket buffer cannot absorb a burst"),
+        # rmem_max as large as the socket buffer a recording asks for.
+        check_sysctl("rmem_max", "net.core.rmem_max", recorder["rcvbuf"], "the socket buffer cannot absorb a burst"),
         check_sysctl("netdev_max_backlog", "net.core.netdev_max_backlog", 250000, "packets queue up before the socket"),
         check_mtu(interface),
         check_nic_ring(interface),

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _core
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from ._core import CheckOptions, GenerateOptions, SignalOptions
 
 __all__ = ["check", "generate"]
 
@@ -30,35 +35,28 @@ def check(path: str | os.PathLike[str], fps: int | None = None, frame_size: int 
         duplicates, invalid, ...), ``per_thread``, ``seconds`` (per-second, per-thread counts),
         ``gaps``, ``corrupt``, ``corrupt_bytes``, ``trailing_bytes``, ``clean`` and more.
     """
-    report: dict[str, Any] = json.loads(_core.check(os.fspath(path), fps, frame_size))
+    options: CheckOptions = {}
+    if fps is not None:
+        options["fps"] = fps
+    if frame_size is not None:
+        options["frame_size"] = frame_size
+    report: dict[str, Any] = json.loads(_core.check(os.fspath(path), options))
     return report
 
 
 def generate(
-    path: str | os.PathLike[str],
-    *,
-    seconds: float = 1.0,
-    fps: int = 125_000,
-    frame_size: int = 8224,
-    nchan: int = 4,
-    bits: int = 2,
-    threads: int = 1,
-    tone_mhz: float | None = None,
-    tone_amplitude: float = 0.3,
-    correlation: float = 0.0,
-    delay: int = 0,
-    seed: int = 1,
-    station: int = 0,
-    edv: int = 0,
-    ref_epoch: int | None = None,
-    start_second: int | None = None,
+    path: str | os.PathLike[str], *, seconds: float | None = None, **signal: Unpack[SignalOptions]
 ) -> _core.Header:
     """Writes a synthetic FILA10G-like recording: Gaussian noise plus a tone, 2-bit by default.
+
+    Every setting is checked before the file is created (``vdifrec.ArgumentError`` names a
+    bad one); the defaults are ``vdifrec.defaults["signal"]`` (the reference 8.224 Gbit/s
+    stream) and ``["generate"]``.
 
     Parameters
     ----------
     seconds : float
-        Length in seconds of data (``seconds * fps`` frame sets).
+        Length in seconds of data (``seconds * fps`` frame sets; default 1).
     fps : int
         Frames per second per thread (125000 for the reference 8.224 Gbps stream).
     frame_size : int
@@ -83,21 +81,7 @@ def generate(
     Header
         The header of the first frame.
     """
-    return _core.generate(
-        os.fspath(path),
-        seconds=seconds,
-        fps=fps,
-        frame_size=frame_size,
-        nchan=nchan,
-        bits=bits,
-        threads=threads,
-        tone_mhz=tone_mhz,
-        tone_amplitude=tone_amplitude,
-        correlation=correlation,
-        delay=delay,
-        seed=seed,
-        station=station,
-        edv=edv,
-        ref_epoch=ref_epoch,
-        start_second=start_second,
-    )
+    options: GenerateOptions = {"signal": signal}
+    if seconds is not None:
+        options["seconds"] = seconds
+    return _core.generate(os.fspath(path), options)

@@ -214,6 +214,25 @@ def _freq(nfft: int, complex_data: bool, sample_rate: float | None) -> npt.NDArr
     return (k - nfft // 2) * fs / nfft if complex_data else k * fs / (2 * nfft)
 
 
+def _segment(nfft: int, complex_data: bool) -> int:
+    """Samples per FFT: ``2 nfft`` real or ``nfft`` complex."""
+    return nfft if complex_data else 2 * nfft
+
+
+def _need_one_fft(samples: int, nfft: int, complex_data: bool, per: str) -> None:
+    """Refuses an nfft longer than the data before any work (or memory) is spent on it."""
+    if samples < _segment(nfft, complex_data):
+        raise ValueError(
+            f"nfft: the data hold {samples} samples per {per}, fewer than one FFT of "
+            f"{_segment(nfft, complex_data)}: give a smaller nfft or more data"
+        )
+
+
+def _at_most(nint: int | None, samples: int, nfft: int, complex_data: bool) -> int | None:
+    """``nint``, no more than the FFTs that ``samples`` hold: a larger count means all of them."""
+    return None if nint is None else min(nint, max(samples // _segment(nfft, complex_data), 1))
+
+
 # -- the checks ----------------------------------------------------------------------------
 
 
@@ -239,26 +258,27 @@ def spectrum(x: Any, nfft: int = 1024, nint: int | None = None, sample_rate: Any
     kind = _kind(x)
     cplx = _is_complex(x)
     if kind == "reader":
-        power, segments = x._core.spectrum(nfft, x.tell(), nint)
-        threads, nchan, rate = list(x.thread_ids), x.header0.nchan, sr or x.sample_rate
         samples = x.shape[0] - x.tell()
+        _need_one_fft(samples, nfft, cplx, "channel")
+        power, segments = x._core.spectrum(nfft, x.tell(), _at_most(nint, samples, nfft, cplx))
+        threads, nchan, rate = list(x.thread_ids), x.header0.nchan, sr or x.sample_rate
     elif kind == "frames":
         frames = _frames(x)
-        power, segments, threads = _core.spectrum_frames(frames, nfft, nint)
         h = _core.Header.from_bytes(bytes(frames[0, :32]), verify=False)
+        most = len(frames) * h.samples_per_frame  # all frames in one thread: an upper bound
+        _need_one_fft(most, nfft, cplx, "channel")
+        power, segments, threads = _core.spectrum_frames(frames, nfft, _at_most(nint, most, nfft, cplx))
         nchan, rate = h.nchan, sr or h.sample_rate
         samples = len(frames) * h.samples_per_frame // max(len(threads), 1)
     else:
         flat, samples, nthread, nchan, cplx = _samples(x)
+        _need_one_fft(samples, nfft, cplx, "channel")
         acc = _core.SpectrumAccumulator(nfft, nthread * nchan, cplx)
-        acc.add(flat, samples, nint)
+        acc.add(flat, samples, _at_most(nint, samples, nfft, cplx))
         power, segments, threads, rate = acc.power(), acc.segments, list(range(nthread)), sr
     if segments == 0:
-        seg = nfft if cplx else 2 * nfft
-        raise ValueError(
-            f"the data hold {samples} samples per channel, fewer than one FFT of {seg}: "
-            "give a smaller nfft or more data"
-        )
+        _need_one_fft(samples, nfft, cplx, "channel")
+        raise ValueError(f"nfft: no whole FFT of {_segment(nfft, cplx)} samples in the data: give a smaller nfft or more data")
     power = np.asarray(power).reshape(len(threads), nchan, nfft)
     return Spectrum(_freq(nfft, cplx, rate), power, nfft, int(segments), rate, cplx, list(threads))
 
@@ -352,14 +372,14 @@ def fringe(
     threads of a file or view).
     """
     if not isinstance(nfft, int) or nfft < 2:
-        raise ValueError(f"nfft must be a whole number of spectral channels >= 2, got {nfft!r}")
+        raise ValueError(f"nfft: {nfft!r} is not a number of spectral channels: give a whole number >= 2")
     i, j = pair if pair is not None else ((0, 1) if b is None else (0, 0))
     cplx = _is_complex(a)
     kind = _kind(a)
     if b is not None and (_kind(b) != kind or _is_complex(b) != cplx):
         raise ValueError("a and b must be alike: two Readers, two frame arrays or two sample arrays, both real or both complex")
     if b is None and i == j:
-        raise ValueError("pair names the same input twice: choose two different inputs")
+        raise ValueError(f"pair: {i},{j} names the same input twice: choose two different inputs")
 
     def inputs(x: Any) -> int:
         if kind == "reader":
@@ -375,19 +395,27 @@ def fringe(
     for name, src, k in (("pair[0]", a, i), ("pair[1]", a if b is None else b, j)):
         n = inputs(src)
         if not 0 <= k < n:
-            raise ValueError(f"{name} = {k}: the source has inputs 0..{n - 1} (thread * nchan + channel)")
+            raise ValueError(f"pair: {name} = {k} is not an input of the source: give 0..{n - 1} (thread * nchan + channel)")
     sr = to_hz(sample_rate)
     if kind == "reader":
-        result = a._core.cross(None if b is None else b._core, i, j, nfft, a.tell(), nint)
+        samples = min(x.shape[0] - x.tell() for x in ((a,) if b is None else (a, b)))
+        _need_one_fft(samples, nfft, cplx, "input")
+        result = a._core.cross(None if b is None else b._core, i, j, nfft, a.tell(), _at_most(nint, samples, nfft, cplx))
         rate = sr or a.sample_rate
     elif kind == "frames":
         fa = _frames(a)
-        result = _core.cross_frames(fa, None if b is None else _frames(b), i, j, nfft, nint)
+        fb = None if b is None else _frames(b)
+        # All frames in one thread: an upper bound on the samples of any input.
+        samples = min(len(f) * _core.Header.from_bytes(bytes(f[0, :32]), verify=False).samples_per_frame
+                      for f in ((fa,) if fb is None else (fa, fb)))
+        _need_one_fft(samples, nfft, cplx, "input")
+        result = _core.cross_frames(fa, fb, i, j, nfft, _at_most(nint, samples, nfft, cplx))
         rate = sr or _frames_rate(fa)
     else:
         flat_a, na, ta, ca, _ = _samples(a)
         flat_b, nb, tb, cb, _ = (flat_a, na, ta, ca, cplx) if b is None else _samples(b)
         vals = 2 if cplx else 1
+        _need_one_fft(min(na, nb), nfft, cplx, "input")
         acc = _core.CrossAccumulator(nfft, cplx)
         n = min(na, nb)
         if nint is not None:

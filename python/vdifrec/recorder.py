@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from ._units import size, to_bytes
+from ._units import plain_options
 from .reports import SecondRow, Stats, Summary
 
-__all__ = ["Recorder", "Sender", "send", "parse_address"]
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from ._core import RecorderOptions, SenderOptions
+
+__all__ = ["Recorder", "Sender", "send"]
 
 # How long one blocking call into the engine waits before Python looks at signals again.
 _SLICE = 0.1
@@ -34,26 +38,13 @@ def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int 
     return value
 
 
-def parse_address(text: str | tuple[str, int], name: str = "to") -> tuple[str, int]:
-    """``"host:port"`` or ``(host, port)`` → ``(host, port)``; IPv6 as ``[::1]:port``."""
-    if isinstance(text, tuple):
-        host, port = text
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep or not port_text.isdigit():
-            raise ValueError(f"{name}: expected HOST:PORT such as 127.0.0.1:46227, got {text!r}")
-        port = int(port_text)
-        host = host.strip("[]")
-    if host in ("localhost", ""):
-        host = "127.0.0.1"
-    _check_int(f"{name} port", port, 1, 65535)
-    return host, int(port)
-
-
 class Recorder:
     """Records (or only monitors) a VDIF stream arriving on a UDP port.
 
     Parameters mirror ``vdifrec record``. Sizes may be bytes or strings such as ``"8GiB"``.
+    Every option is checked by the engine when the Recorder is made: a bad one raises
+    ``vdifrec.ArgumentError`` (a ``ValueError``) whose message starts with its name. A name
+    left out takes the engine's default, listed in ``vdifrec.defaults["recorder"]``.
 
     Parameters
     ----------
@@ -69,7 +60,9 @@ class Recorder:
         frame) into ``directory``. With neither ``path`` nor ``directory`` nothing is written:
         the stream is monitored and the views still work.
     ring : int or str
-        Ring buffer size (default ``"1GiB"``); rounded down to whole 4 KiB-aligned runs.
+        Ring buffer size (default 1 GiB); rounded down to whole 4 KiB-aligned runs. It is
+        allocated, mapped and (where permitted) locked by ``start()``, before the socket is
+        bound; more than the machine has available (``MemAvailable``) is refused.
     frame_size : int, optional
         Bytes per frame, header included; learned from the first valid frame if not given.
     offset : int
@@ -98,8 +91,8 @@ class Recorder:
     multicast : str, optional
         Multicast group to join.
     rcvbuf : int or str
-        Socket receive buffer to ask for (default ``"256MiB"``; the kernel may grant less, and
-        the notes say so).
+        Socket receive buffer to ask for (default 256 MiB; the kernel may grant less, and the
+        notes say so).
     max_frames : int, optional
         Stop capturing after this many frames.
     big_endian : bool
@@ -128,78 +121,9 @@ class Recorder:
     ``start()``; ``stats().frames_received`` is the next number.
     """
 
-    def __init__(
-        self,
-        *,
-        port: int,
-        bind: str = "127.0.0.1",
-        path: str | os.PathLike[str] | None = None,
-        directory: str | os.PathLike[str] | None = None,
-        prefix: str = "vdifrec",
-        ring: int | str = "1GiB",
-        frame_size: int | None = None,
-        offset: int = 0,
-        psn: bool = False,
-        fps: int | None = None,
-        file_size: int | str | None = None,
-        capture_cpu: int | None = None,
-        writer_cpu: int | None = None,
-        direct: bool = True,
-        backend: str = "udp",
-        multicast: str | None = None,
-        rcvbuf: int | str = "256MiB",
-        huge_pages: bool = True,
-        mlock: bool = True,
-        max_frames: int | None = None,
-        throttle: int | str | None = None,
-        disk_limit: int | str | None = None,
-        big_endian: bool = False,
-        status_listen: str | None = None,
-        interface: str | None = None,
-        pfring_library: str | os.PathLike[str] | None = None,
-        pfring_check_module: bool = True,
-    ) -> None:
-        _check_int("port", port, 0, 65535)
-        _check_int("frame_size", frame_size, 1)
-        _check_int("offset", offset, 0)
-        _check_int("fps", fps, 1)
-        _check_int("capture_cpu", capture_cpu, 0)
-        _check_int("writer_cpu", writer_cpu, 0)
-        _check_int("max_frames", max_frames, 1)
-        if psn and offset < 8:
-            raise ValueError("psn: the 8-byte packet sequence number needs offset=8")
-        self._core = _core.Recorder(
-            port=port,
-            bind=bind,
-            multicast=multicast,
-            path=os.fspath(path) if path is not None else None,
-            directory=os.fspath(directory) if directory is not None else None,
-            prefix=prefix,
-            ring=size(ring, "ring"),
-            frame_size=frame_size,
-            offset=offset,
-            psn=psn,
-            fps=fps,
-            file_size=to_bytes(file_size, "file_size"),
-            capture_cpu=capture_cpu,
-            writer_cpu=writer_cpu,
-            direct=direct,
-            rcvbuf=size(rcvbuf, "rcvbuf"),
-            huge_pages=huge_pages,
-            mlock=mlock,
-            max_frames=max_frames,
-            backend=backend,
-            throttle=to_bytes(throttle, "throttle"),
-            disk_limit=to_bytes(disk_limit, "disk_limit"),
-            big_endian=big_endian,
-            status_listen=status_listen,
-            interface=interface,
-            pfring_library=os.fspath(pfring_library) if pfring_library is not None else None,
-            pfring_check_module=pfring_check_module,
-        )
+    def __init__(self, **options: Unpack[RecorderOptions]) -> None:
+        self._core = _core.Recorder(plain_options(options))
         self.address: tuple[str, int] | None = None
-        self.backend = backend
-        self.interface = interface
         self._rows_seen = 0
         self._summary: Summary | None = None
 
@@ -215,11 +139,7 @@ class Recorder:
         """Where the stream is taken from, for the operator: ``ADDRESS:PORT`` for the UDP
         backend, ``INTERFACE:PORT (backend)`` for the raw ones, which read the interface and
         keep the packets for that UDP port."""
-        if self.address is None:
-            return "(not started)"
-        if self.backend == "udp":
-            return f"{self.address[0]}:{self.address[1]}"
-        return f"{self.interface}:{self.address[1]} ({self.backend})"
+        return self._core.source or "(not started)"
 
     def stop(self) -> Summary:
         """Stops capturing, drains the ring to disk and returns the summary (same one if called again)."""
@@ -343,6 +263,10 @@ class Recorder:
 class Sender:
     """A FILA10G-like VDIF source sending to ``to`` (``"host:port"``), paced to ``fps`` × threads.
 
+    Takes the options of ``vdifrec send`` and the signal settings of ``generate``; the defaults
+    are ``vdifrec.defaults["sender"]`` and ``["signal"]``; a bad option raises
+    ``vdifrec.ArgumentError`` naming it.
+
     Runs in its own thread from construction; ``wait()`` or ``stop()`` returns its summary
     (a dict: frames_sent, bytes_sent, frames_dropped, frames_reordered, garbage_sent, refused,
     gbps, ...). ``drop`` takes ``"S:A-B,every:N"``; ``reorder=N`` swaps every N-th frame with the
@@ -350,11 +274,13 @@ class Sender:
     """
 
     def __init__(self, to: str | tuple[str, int], **options: Any) -> None:
-        host, port = parse_address(to)
-        for key in ("file", "record_sent"):
-            if options.get(key) is not None:
-                options[key] = os.fspath(options[key])
-        self._core = _core.Sender(host, port, **options)
+        if isinstance(to, tuple):
+            host, port = to
+            to = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        signal_names = _core.defaults()["signal"]
+        signal = {k: options.pop(k) for k in list(options) if k in signal_names}
+        # The engine checks every name and value (ArgumentError names a bad one).
+        self._core = _core.Sender(plain_options(cast("SenderOptions", {"to": to, **options, "signal": signal})))
 
     def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
         """Waits for the end (at most ``timeout`` seconds); the summary, or None if still sending."""

@@ -94,25 +94,6 @@ class FileRecord(_Record):
     bytes: int
 
 
-def _flatten_totals(d: dict[str, Any]) -> dict[str, Any]:
-    out = dict(d)
-    totals = out.pop("totals", None) or {}
-    out.setdefault("frames_lost", totals.get("lost", 0))
-    out.setdefault("frames_expected", totals.get("expected", 0))
-    out.setdefault("frames_out_of_order", totals.get("out_of_order", 0))
-    out.setdefault("frames_duplicate", totals.get("duplicates", 0))
-    out.setdefault("frames_invalid", totals.get("invalid", 0))
-    out.setdefault("frames_out_of_window", totals.get("out_of_window", 0))
-    out.setdefault("frames_late", totals.get("late", 0))
-    out.setdefault("time_jumps", totals.get("time_jumps", 0))
-    out.setdefault("threads", totals.get("threads", 0))
-    malformed = out.pop("malformed", None)
-    if isinstance(malformed, dict):
-        out["datagrams_malformed_by_kind"] = malformed
-        out["datagrams_malformed"] = sum(malformed.values())
-    return out
-
-
 @dataclasses.dataclass(frozen=True)
 class Stats(_Record):
     """A snapshot of a running recording (``Recorder.stats()``).
@@ -154,13 +135,10 @@ class Stats(_Record):
     latest_frame: dict[str, int] | None
     seconds_since_datagram: float | None
     socket_errors: int
+    last_socket_error: str | None
     capture_cpu_s: float
     capture_setup_cpu_s: float
     error: str | None
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Stats:
-        return super().from_dict(_flatten_totals(d))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +147,8 @@ class Summary(_Record):
 
     The invariant ``bytes_buffered == bytes_written + bytes_dropped_disk`` and
     ``bytes_written == sum of file sizes`` holds at every stop (``invariant_holds``);
-    ``ok`` is true when, in addition, nothing buffered was lost on the way to disk.
+    ``ok`` is true when, in addition, nothing buffered was lost on the way to disk. The fields
+    are the engine's summary as it serialised it; nothing is recomputed here.
     """
 
     frames_received: int
@@ -203,6 +182,9 @@ class Summary(_Record):
     gaps: list[dict[str, Any]]
     seconds: list[SecondRow]
     notes: list[str]
+    ok: bool
+    """Everything buffered reached the disk (network loss is reported, not an error), as the
+    engine judged it."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Summary:
@@ -211,7 +193,3 @@ class Summary(_Record):
         d["seconds"] = [SecondRow.from_dict(r) for r in d.get("seconds", [])]
         return super().from_dict(d)
 
-    @property
-    def ok(self) -> bool:
-        """Everything buffered reached the disk (network loss is reported, not an error)."""
-        return self.invariant_holds and self.bytes_dropped_disk == 0 and self.error is None

@@ -14,6 +14,32 @@ pub const HEADER_BYTES: usize = 32;
 /// Size of a legacy header in bytes (words 0–3 only).
 pub const LEGACY_HEADER_BYTES: usize = 16;
 
+/// Checks a frame rate someone gives, in frames per second per thread: at least one, and
+/// no more than the 24-bit frame number can count. The one rule for a given rate.
+pub fn check_fps(value: i64) -> Result<u32, String> {
+    let most = field::FRAME_NR.max() as i64 + 1;
+    if !(1..=most).contains(&value) {
+        return Err(format!(
+            "{value} is not a frame rate: give 1 to {most} frames per second per thread (125000 for the FILA10G stream)"
+        ));
+    }
+    Ok(value as u32)
+}
+
+/// Checks a frame size someone gives (header included): whole 8-byte units, room for a
+/// legacy header and some payload, and what the 24-bit frame-length field can say. The one
+/// rule every part of vdifrec applies to a given frame size.
+pub fn check_frame_size(bytes: usize) -> Result<(), String> {
+    let most = field::FRAME_LENGTH.max() as usize * 8;
+    if bytes % 8 != 0 || bytes <= LEGACY_HEADER_BYTES || bytes > most {
+        return Err(format!(
+            "{bytes} bytes is not a VDIF frame size: give a multiple of 8 bytes, header included, from {} to {most} (8224 for the FILA10G stream)",
+            LEGACY_HEADER_BYTES + 8
+        ));
+    }
+    Ok(())
+}
+
 /// One bit field of a header: `width` bits starting at bit `shift` of little-endian word `word`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Field {

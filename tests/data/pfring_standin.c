@@ -8,6 +8,11 @@
  * VDIFREC_STANDIN_WIRE_PORT), as PF_RING would hand over a packet from the wire.
  * VDIFREC_STANDIN_DROPS sets the drop count pfring_stats reports; VDIFREC_STANDIN_LOG names a
  * file where the calls made are written at pfring_close.
+ * VDIFREC_STANDIN_UNSUPPORTED makes calls answer PF_RING_ERROR_NOT_SUPPORTED (-7), as PF_RING's
+ * own modules do for what they lack: "1" for the calls a `pcap:` device lacks (direction,
+ * application_name, stats, poll_watermark), or a comma-separated list of those names and
+ * socket_mode, poll. VDIFREC_STANDIN_ENABLE_FAILS=CODE makes pfring_enable_ring return CODE.
+ * pfring_stats refuses (PF_RING_ERROR_INVALID_ARGUMENT) a pfring_stat that is not 8-byte aligned.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -24,6 +29,16 @@
 #define SLOT 9216     /* a jumbo frame */
 #define BATCH 64      /* datagrams fetched per recvmmsg, handed out one per pfring_recv */
 
+#define PF_RING_ERROR_INVALID_ARGUMENT -2
+#define PF_RING_ERROR_NOT_SUPPORTED -7
+
+/* pfring.h (PF_RING 8.x) */
+typedef struct {
+  uint64_t recv;
+  uint64_t drop;
+  uint64_t shunt;
+} pfring_stat;
+
 struct standin {
   int fd;
   uint16_t wire_port;
@@ -39,6 +54,27 @@ struct standin {
 static void note(struct standin *r, const char *what) {
   size_t n = strlen(r->log);
   snprintf(r->log + n, sizeof(r->log) - n, "%s\n", what);
+}
+
+/* Whether VDIFREC_STANDIN_UNSUPPORTED names `call` (or is "1" and `call` is one a pcap: device
+   lacks). */
+static int unsupported(const char *call) {
+  const char *v = getenv("VDIFREC_STANDIN_UNSUPPORTED");
+  if (v == NULL || *v == '\0')
+    return 0;
+  if (strcmp(v, "1") == 0)
+    v = "direction,application_name,stats,poll_watermark";
+  size_t n = strlen(call);
+  for (const char *p = v; *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == n && strncmp(p, call, n) == 0)
+      return 1;
+    if (!end)
+      break;
+    p = end + 1;
+  }
+  return 0;
 }
 
 void *pfring_open(const char *device_name, uint32_t caplen, uint32_t flags) {
@@ -72,41 +108,51 @@ int pfring_set_direction(void *ring, int direction) {
   char s[64];
   snprintf(s, sizeof(s), "direction %d", direction);
   note(ring, s);
-  return 0;
+  return unsupported("direction") ? PF_RING_ERROR_NOT_SUPPORTED : 0;
 }
 
 int pfring_set_socket_mode(void *ring, int mode) {
   char s[64];
   snprintf(s, sizeof(s), "socket_mode %d", mode);
   note(ring, s);
-  return 0;
+  return unsupported("socket_mode") ? PF_RING_ERROR_NOT_SUPPORTED : 0;
 }
 
 int pfring_set_poll_watermark(void *ring, uint16_t watermark) {
   char s[64];
   snprintf(s, sizeof(s), "poll_watermark %u", watermark);
   note(ring, s);
-  return 0;
+  return unsupported("poll_watermark") ? PF_RING_ERROR_NOT_SUPPORTED : 0;
 }
 
 int pfring_set_application_name(void *ring, char *name) {
   char s[128];
   snprintf(s, sizeof(s), "application_name %s", name);
   note(ring, s);
-  return 0;
+  return unsupported("application_name") ? PF_RING_ERROR_NOT_SUPPORTED : 0;
 }
 
 int pfring_enable_ring(void *ring) {
-  ((struct standin *)ring)->enabled = 1;
   note(ring, "enable_ring");
+  const char *fails = getenv("VDIFREC_STANDIN_ENABLE_FAILS");
+  if (fails && *fails)
+    return atoi(fails);
+  ((struct standin *)ring)->enabled = 1;
   return 0;
 }
 
 int pfring_recv(void *ring, unsigned char **buffer, unsigned int buffer_len, unsigned char *hdr, uint8_t wait) {
   struct standin *r = ring;
   (void)wait;
-  if (!r->enabled || buffer_len != 0)
-    return -1; /* vdifrec must enable the ring and ask for zero copy */
+  /* vdifrec must enable the ring and ask for zero copy; the codes are PF_RING's. */
+  if (!r->enabled)
+    return -12; /* PF_RING_ERROR_RING_NOT_ENABLED */
+  if (buffer_len != 0)
+    return PF_RING_ERROR_INVALID_ARGUMENT;
+  /* VDIFREC_STANDIN_RECV_FAILS=CODE: the ring fails with CODE once packets have been read. */
+  const char *recv_fails = getenv("VDIFREC_STANDIN_RECV_FAILS");
+  if (recv_fails && *recv_fails && r->received > 0)
+    return atoi(recv_fails);
   if (r->next == r->have) {
     /* Like PF_RING's own ring, packets are gathered in bulk; one system call per batch. */
     for (int i = 0; i < BATCH; i++) {
@@ -144,18 +190,24 @@ int pfring_recv(void *ring, unsigned char **buffer, unsigned int buffer_len, uns
 
 int pfring_poll(void *ring, unsigned int wait_duration) {
   struct standin *r = ring;
+  if (unsupported("poll"))
+    return PF_RING_ERROR_NOT_SUPPORTED;
   if (r->next < r->have)
     return 1;
   struct pollfd p = {.fd = r->fd, .events = POLLIN};
   return poll(&p, 1, (int)wait_duration);
 }
 
-int pfring_stats(void *ring, uint64_t *stats) {
+int pfring_stats(void *ring, pfring_stat *stats) {
   struct standin *r = ring;
+  if (unsupported("stats"))
+    return PF_RING_ERROR_NOT_SUPPORTED;
+  if ((uintptr_t)stats % _Alignof(pfring_stat) != 0)
+    return PF_RING_ERROR_INVALID_ARGUMENT; /* the caller's pfring_stat is not aligned */
   const char *drops = getenv("VDIFREC_STANDIN_DROPS");
-  stats[0] = r->received; /* pfring_stat: recv, drop, shunt */
-  stats[1] = drops ? strtoull(drops, NULL, 10) : 0;
-  stats[2] = 0;
+  stats->recv = r->received;
+  stats->drop = drops ? strtoull(drops, NULL, 10) : 0;
+  stats->shunt = 0;
   return 0;
 }
 

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bind", default="127.0.0.1")
     p.add_argument("--seconds", type=int, default=None, help="stop after this many VDIF seconds")
     a = p.parse_args(argv)
-    rec = vdifrec.Recorder(port=a.port, bind=a.bind, ring="256MiB")
+    rec = vdifrec.Recorder(port=a.port, bind=a.bind)
     rec.start()
     host, port = rec.address or ("?", 0)
     print(f"listening on {host}:{port}", flush=True)

@@ -26,7 +26,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefix", default="scan", help="file-name prefix")
     p.add_argument("--scan-start", default=None, help="UTC start, ISO 8601 (default: now)")
     p.add_argument("--scan-length", type=float, required=True, help="seconds to record")
-    p.add_argument("--ring", default="1GiB", help="ring buffer size")
+    p.add_argument("--ring", default=vdifrec.defaults["recorder"]["ring"], help="ring buffer size (default: the recorder's, 1GiB)")
     p.add_argument("--nfft", type=int, default=1024, help="spectral channels of the final check")
     return p.parse_args(argv)
 

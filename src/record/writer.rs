@@ -9,16 +9,16 @@
 //! A write that fails (disk full) leaves the file ending on a frame boundary and stops the
 //! recording; what was buffered but not written is then `bytes_dropped_disk`.
 
-use crate::recorder::Shared;
-use crate::ring::Ring;
-use crate::stats::FileRecord;
+use crate::record::config::Target;
+use crate::record::ring::Ring;
+use crate::record::shared::Shared;
+use crate::record::stats::FileRecord;
 use crate::vdif::header::Header;
 use crate::vdif::time::{utc_unix, Utc};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,15 +28,6 @@ const MAX_WRITE_BYTES: u64 = 16 << 20;
 const PREALLOCATE_BYTES: u64 = 256 << 20;
 /// Idle wait when the ring is empty.
 const IDLE_WAIT: Duration = Duration::from_micros(200);
-
-/// Where recordings go.
-#[derive(Clone, Debug)]
-pub enum Target {
-    /// One path; rotated files get `_0001`, `_0002`, ... before the extension.
-    File(PathBuf),
-    /// `{dir}/{prefix}_{YYYY}y{DOY}d{HH}h{MM}m{SS}s.vdif`, UTC of each file's first frame.
-    Dir { dir: PathBuf, prefix: String },
-}
 
 #[derive(Clone, Debug)]
 pub struct WriterConfig {
@@ -68,7 +59,6 @@ pub fn run(shared: Arc<Shared>, cfg: WriterConfig) {
         shared.note(crate::affinity::pin_current("writer", cpu));
     }
     let Some(ring) = wait_for_ring(&shared) else {
-        shared.writer_done.store(true, Ordering::Release);
         return;
     };
     let mut w = Writer {
@@ -88,8 +78,7 @@ pub fn run(shared: Arc<Shared>, cfg: WriterConfig) {
     if let Err(e) = w.close_file() {
         shared.fail(e);
     }
-    *shared.writer_cpu_s.lock().unwrap() = crate::affinity::thread_cpu_seconds();
-    shared.writer_done.store(true, Ordering::Release);
+    shared.set_writer_cpu_s(crate::affinity::thread_cpu_seconds());
 }
 
 fn wait_for_ring(shared: &Shared) -> Option<Arc<Ring>> {
@@ -97,7 +86,7 @@ fn wait_for_ring(shared: &Shared) -> Option<Arc<Ring>> {
         if let Some(r) = shared.ring() {
             return Some(r);
         }
-        if shared.capture_done.load(Ordering::Acquire) && shared.ring().is_none() {
+        if shared.capture_done() && shared.ring().is_none() {
             return None;
         }
         std::thread::sleep(Duration::from_millis(2));
@@ -123,7 +112,7 @@ impl Writer {
         let file_frames = self.cfg.file_size.map(|b| (b / fs / run * run).max(run));
         loop {
             // Read `done` before the write index: once done, the index is final.
-            let done = self.shared.capture_done.load(Ordering::Acquire);
+            let done = self.shared.capture_done();
             let avail = self.ring.write_seq() - self.read;
             if avail == 0 {
                 if done || self.shared.failed() {
@@ -249,9 +238,7 @@ impl Writer {
                 self.read += whole / fs;
                 self.ring.release(self.read);
                 self.written_total += whole;
-                self.shared
-                    .bytes_written
-                    .store(self.written_total, Ordering::Release);
+                self.shared.set_bytes_written(self.written_total);
                 self.shared.set_current_file_bytes(f.frames * fs);
                 return Err(format!(
                     "writing {} failed after {} bytes: {e}; the recording stopped, the file ends on a frame boundary",
@@ -267,9 +254,7 @@ impl Writer {
         self.read += n;
         self.ring.release(self.read);
         self.written_total += done;
-        self.shared
-            .bytes_written
-            .store(self.written_total, Ordering::Release);
+        self.shared.set_bytes_written(self.written_total);
         self.shared.set_current_file_bytes(f.frames * fs);
         if let Some(rate) = self.cfg.throttle {
             // Test aid: behave like a disk that writes `rate` bytes per second.

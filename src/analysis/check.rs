@@ -6,11 +6,15 @@
 //! resynchronises on the next header that is followed by another one, and counts the bytes
 //! it skipped). The counting is the live recorder's own (`accounting`).
 
-use crate::accounting::{Accounting, Fate, Gap, GapPolicy, SecondRow, ThreadTotals, Totals};
-use crate::classify::StreamFormat;
+use crate::options::ArgError;
+use crate::record::accounting::{
+    Accounting, Fate, Gap, GapPolicy, SecondRow, ThreadTotals, Totals,
+};
+use crate::record::classify::StreamFormat;
 use crate::vdif::header::Header;
+use crate::vdif::header::{check_fps, check_frame_size};
 use crate::vdif::time::VdifTime;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -30,16 +34,38 @@ pub enum CheckError {
     },
     #[error("{path}: no VDIF frame found in the first {scanned} bytes")]
     NoFrame { path: PathBuf, scanned: usize },
-    #[error("frame size {0} is not a valid VDIF frame size (a multiple of 8 bytes larger than the header)")]
-    BadFrameSize(usize),
+    #[error(transparent)]
+    BadArgument(#[from] ArgError),
 }
 
-#[derive(Clone, Debug, Default)]
+/// What a check may be told, as a user gives it (`vdifrec.check`, `vdifrec check`); the
+/// defaults (learn both from the file) are written here once.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct CheckOptions {
     /// Frames per second per thread, if known (else learned from the frame numbers).
-    pub fps: Option<u32>,
+    pub fps: Option<i64>,
     /// Frame size, if known (else taken from the first header).
-    pub frame_size: Option<usize>,
+    pub frame_size: Option<i64>,
+}
+
+impl CheckOptions {
+    /// The rate and frame size, checked by the format's own rules.
+    fn checked(&self) -> Result<(Option<u32>, Option<usize>), ArgError> {
+        let fps = self
+            .fps
+            .map(|f| check_fps(f).map_err(|why| ArgError::new("fps", why)))
+            .transpose()?;
+        let frame_size = match self.frame_size {
+            Some(fs) => {
+                let fs = usize::try_from(fs).unwrap_or(0);
+                check_frame_size(fs).map_err(|why| ArgError::new("frame_size", why))?;
+                Some(fs)
+            }
+            None => None,
+        };
+        Ok((fps, frame_size))
+    }
 }
 
 /// A stretch of bytes that is not a frame of the stream.
@@ -95,6 +121,8 @@ pub struct CheckReport {
 /// Checks a file.
 pub fn check_file(path: impl AsRef<Path>, opts: &CheckOptions) -> Result<CheckReport, CheckError> {
     let path = path.as_ref();
+    // Options first: a bad one is reported even when the file is bad too.
+    let (fps, frame_size) = opts.checked()?;
     let io = |source| CheckError::Io {
         path: path.to_path_buf(),
         source,
@@ -107,7 +135,7 @@ pub fn check_file(path: impl AsRef<Path>, opts: &CheckOptions) -> Result<CheckRe
 
     // The stream's layout: from the first position where a frame is followed by another.
     let (format, start, problem) =
-        find_format(&buf[..filled], opts.frame_size)?.ok_or_else(|| CheckError::NoFrame {
+        find_format(&buf[..filled], frame_size).ok_or_else(|| CheckError::NoFrame {
             path: path.to_path_buf(),
             scanned: filled,
         })?;
@@ -117,7 +145,7 @@ pub fn check_file(path: impl AsRef<Path>, opts: &CheckOptions) -> Result<CheckRe
     }
     let mut scan = Scanner {
         format,
-        acc: Accounting::new(opts.fps, GapPolicy::CountAsLoss),
+        acc: Accounting::new(fps, GapPolicy::CountAsLoss),
         frames: 0,
         corrupt: Vec::new(),
         corrupt_bytes: 0,
@@ -315,12 +343,7 @@ impl Scanner {
 fn find_format(
     data: &[u8],
     frame_size: Option<usize>,
-) -> Result<Option<(StreamFormat, usize, Option<String>)>, CheckError> {
-    if let Some(fs) = frame_size {
-        if fs % 8 != 0 || fs <= 16 {
-            return Err(CheckError::BadFrameSize(fs));
-        }
-    }
+) -> Option<(StreamFormat, usize, Option<String>)> {
     for start in 0..data.len().saturating_sub(16) {
         let Ok(h) = Header::parse_unchecked(&data[start..]) else {
             continue;
@@ -343,14 +366,10 @@ fn find_format(
             after.is_empty()
         };
         if confirmed {
-            return Ok(Some((
-                format,
-                start,
-                h.validate().err().map(|e| e.to_string()),
-            )));
+            return Some((format, start, h.validate().err().map(|e| e.to_string())));
         }
     }
-    Ok(None)
+    None
 }
 
 fn read_some(file: &mut File, buf: &mut [u8], from: usize) -> std::io::Result<usize> {
@@ -377,7 +396,7 @@ fn advise_sequential(file: &File) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generate::{write_frames, SignalSpec};
+    use crate::tools::generate::{write_frames, SignalSpec};
     use std::io::Write;
 
     fn spec() -> SignalSpec {
@@ -387,7 +406,8 @@ mod tests {
             nchan: 2,
             bits: 2,
             threads: 2,
-            start: Some((40, 1000)),
+            ref_epoch: Some(40),
+            start_second: Some(1000),
             ..Default::default()
         }
     }

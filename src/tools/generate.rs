@@ -8,8 +8,9 @@
 //! Two inputs are then correlated by `rho` at a lag of `delay` samples per input index (a
 //! fringe to find), and every input shows the tone at `f`.
 
-use crate::vdif::header::{field, Header, HeaderError};
+use crate::vdif::header::{check_fps, check_frame_size, field, Header, HeaderError};
 use crate::vdif::time::epoch_and_seconds;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use thiserror::Error;
 
@@ -18,18 +19,20 @@ pub const TWO_BIT_THRESHOLD_SIGMA: f64 = 0.9816;
 
 #[derive(Debug, Error)]
 pub enum GenerateError {
-    #[error("tone at {tone_mhz} MHz lies outside the band 0-{band_mhz} MHz (sample rate {sample_rate_mhz} MHz per channel): give --tone-mhz inside the band")]
+    #[error("tone_mhz: {tone_mhz} MHz lies outside the band 0-{band_mhz} MHz (sample rate {sample_rate_mhz} MHz per channel): give a tone inside the band")]
     ToneOutsideBand {
         tone_mhz: f64,
         band_mhz: f64,
         sample_rate_mhz: f64,
     },
-    #[error("{name} = {value} is out of range: {why}")]
+    #[error("{name}: {value} is out of range: {why}")]
     BadArgument {
         name: &'static str,
         value: String,
         why: String,
     },
+    #[error("{name}: {why}")]
+    Invalid { name: &'static str, why: String },
     #[error(transparent)]
     Header(#[from] HeaderError),
     #[error("cannot write {path}: {source}")]
@@ -39,15 +42,23 @@ pub enum GenerateError {
     },
 }
 
-/// What to generate.
-#[derive(Clone, Debug)]
+/// What to generate: the synthetic signal's settings, shared by `vdifrec generate`, the
+/// sender and the recording check. `Default` is the one place each default is written
+/// (Python reads it as `vdifrec.defaults["signal"]`); `template` checks every value.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SignalSpec {
     /// Frame size in bytes, header included.
+    #[serde(deserialize_with = "setting::frame_size")]
     pub frame_size: usize,
     /// Frames per second per thread.
+    #[serde(deserialize_with = "setting::fps")]
     pub fps: u32,
+    #[serde(deserialize_with = "setting::nchan")]
     pub nchan: u32,
+    #[serde(deserialize_with = "setting::bits")]
     pub bits: u32,
+    #[serde(deserialize_with = "setting::threads")]
     pub threads: u32,
     /// Tone frequency in MHz within the band (None: 0.390625 of the band, 200 MHz of 512).
     pub tone_mhz: Option<f64>,
@@ -56,13 +67,76 @@ pub struct SignalSpec {
     /// Correlation coefficient of the common noise between inputs, 0..1.
     pub correlation: f64,
     /// Lag of the common noise per input index, in samples.
+    #[serde(deserialize_with = "setting::delay")]
     pub delay: usize,
+    #[serde(deserialize_with = "setting::seed")]
     pub seed: u64,
+    #[serde(deserialize_with = "setting::station")]
     pub station: u16,
     /// Extended data version of the headers: 0, or 1/3 (which also carry the sample rate).
+    #[serde(deserialize_with = "setting::edv")]
     pub edv: u32,
-    /// Reference epoch and seconds of the first frame (None: now).
-    pub start: Option<(u32, u32)>,
+    /// Reference epoch (half-years since 2000) of the first frame (None: now).
+    #[serde(deserialize_with = "setting::ref_epoch")]
+    pub ref_epoch: Option<u32>,
+    /// VDIF seconds of the first frame (None: now).
+    #[serde(deserialize_with = "setting::start_second")]
+    pub start_second: Option<u32>,
+}
+
+/// Longest lag of the common noise, in samples per input: far beyond any fringe search.
+pub const MAX_DELAY: usize = 1 << 20;
+
+/// How each whole-number setting is read: its range, said in the error. The finer rules
+/// (a frame size in 8-byte units, bits a power of two, ...) are `SignalSpec::template`'s.
+mod setting {
+    use crate::options::{ranged, ranged_option};
+    use serde::Deserializer;
+
+    type R<T, E> = Result<T, E>;
+    pub fn frame_size<'de, D: Deserializer<'de>>(d: D) -> R<usize, D::Error> {
+        ranged(
+            d,
+            24,
+            134_217_720,
+            "bytes per frame, header included, a multiple of 8",
+        )
+    }
+    pub fn fps<'de, D: Deserializer<'de>>(d: D) -> R<u32, D::Error> {
+        ranged(d, 1, 1 << 24, "frames per second per thread")
+    }
+    pub fn nchan<'de, D: Deserializer<'de>>(d: D) -> R<u32, D::Error> {
+        ranged(d, 1, 1 << 16, "channels, a power of two")
+    }
+    pub fn bits<'de, D: Deserializer<'de>>(d: D) -> R<u32, D::Error> {
+        ranged(d, 1, 8, "bits per sample: 1, 2, 4 or 8")
+    }
+    pub fn threads<'de, D: Deserializer<'de>>(d: D) -> R<u32, D::Error> {
+        ranged(d, 1, 1024, "VDIF threads")
+    }
+    pub fn delay<'de, D: Deserializer<'de>>(d: D) -> R<usize, D::Error> {
+        ranged(d, 0, super::MAX_DELAY as i128, "samples of lag per input")
+    }
+    pub fn seed<'de, D: Deserializer<'de>>(d: D) -> R<u64, D::Error> {
+        ranged(d, 0, u64::MAX as i128, "any whole number")
+    }
+    pub fn station<'de, D: Deserializer<'de>>(d: D) -> R<u16, D::Error> {
+        ranged(d, 0, 65_535, "a 16-bit station id")
+    }
+    pub fn edv<'de, D: Deserializer<'de>>(d: D) -> R<u32, D::Error> {
+        ranged(d, 0, 3, "the generator writes EDV 0, 1 or 3")
+    }
+    pub fn ref_epoch<'de, D: Deserializer<'de>>(d: D) -> R<Option<u32>, D::Error> {
+        ranged_option(d, 0, 63, "half-years since 2000, a 6-bit field")
+    }
+    pub fn start_second<'de, D: Deserializer<'de>>(d: D) -> R<Option<u32>, D::Error> {
+        ranged_option(
+            d,
+            0,
+            (1 << 30) - 1,
+            "seconds from the reference epoch, a 30-bit field",
+        )
+    }
 }
 
 impl Default for SignalSpec {
@@ -80,7 +154,8 @@ impl Default for SignalSpec {
             seed: 1,
             station: 0,
             edv: 0,
-            start: None,
+            ref_epoch: None,
+            start_second: None,
         }
     }
 }
@@ -94,13 +169,10 @@ impl SignalSpec {
         if !matches!(self.edv, 0 | 1 | 3) {
             return Err(bad("edv", self.edv, "the generator writes EDV 0, 1 or 3"));
         }
-        let mut h = Header::new(
-            Some(self.edv),
-            self.frame_size,
-            self.nchan,
-            self.bits,
-            false,
-        )?;
+        check_frame_size(self.frame_size).map_err(|why| GenerateError::Invalid {
+            name: "frame_size",
+            why,
+        })?;
         if !matches!(self.bits, 1 | 2 | 4 | 8) {
             return Err(bad(
                 "bits",
@@ -108,6 +180,20 @@ impl SignalSpec {
                 "the generator writes 1, 2, 4 or 8 bits",
             ));
         }
+        if !self.nchan.is_power_of_two() || self.nchan > 1 << 16 {
+            return Err(bad(
+                "nchan",
+                self.nchan,
+                "a power of two, 1 to 65536 channels",
+            ));
+        }
+        let mut h = Header::new(
+            Some(self.edv),
+            self.frame_size,
+            self.nchan,
+            self.bits,
+            false,
+        )?;
         if h.samples_per_frame() == 0
             || h.payload_size() * 8 % (self.bits * self.nchan) as usize != 0
         {
@@ -117,11 +203,16 @@ impl SignalSpec {
                 "the payload must hold a whole number of samples of all channels",
             ));
         }
-        if self.fps == 0 || self.fps > field::FRAME_NR.max() + 1 {
-            return Err(bad("fps", self.fps, "1 to 16777216 frames per second"));
-        }
+        check_fps(self.fps as i64).map_err(|why| GenerateError::Invalid { name: "fps", why })?;
         if self.threads == 0 || self.threads > 1024 {
             return Err(bad("threads", self.threads, "1 to 1024 threads"));
+        }
+        if self.delay > MAX_DELAY {
+            return Err(bad(
+                "delay",
+                self.delay,
+                "0 to 1048576 samples of lag per input",
+            ));
         }
         if !(0.0..=1.0).contains(&self.correlation) {
             return Err(bad("correlation", self.correlation, "0 to 1"));
@@ -137,16 +228,30 @@ impl SignalSpec {
         if self.edv != 0 {
             h.set_sample_rate_hz(self.sample_rate())?;
         }
-        let (epoch, seconds) = self.start.unwrap_or_else(|| {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
-            epoch_and_seconds(now)
-        });
+        let (epoch, seconds) = self.start_at(unix_now());
         h.set(field::REF_EPOCH, epoch)?;
         h.set(field::SECONDS, seconds)?;
         self.tone_fraction()?;
         Ok(h)
+    }
+
+    /// Reference epoch and seconds of the first frame: as given, the rest taken from the
+    /// POSIX second `now`.
+    pub fn start_at(&self, now: i64) -> (u32, u32) {
+        let (epoch, seconds) = epoch_and_seconds(now);
+        (
+            self.ref_epoch.unwrap_or(epoch),
+            self.start_second.unwrap_or(seconds),
+        )
+    }
+
+    /// The same signal, starting at `(ref_epoch, seconds)`.
+    pub fn starting(&self, (ref_epoch, seconds): (u32, u32)) -> SignalSpec {
+        SignalSpec {
+            ref_epoch: Some(ref_epoch),
+            start_second: Some(seconds),
+            ..self.clone()
+        }
     }
 
     pub fn samples_per_frame(&self) -> usize {
@@ -171,6 +276,13 @@ impl SignalSpec {
             }),
         }
     }
+}
+
+/// POSIX seconds now.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 fn bad(name: &'static str, value: impl ToString, why: &str) -> GenerateError {
@@ -489,6 +601,49 @@ pub fn write_frames(
     Ok(template)
 }
 
+/// What `vdifrec generate` is asked for: how long, and the signal. `Default` holds the
+/// defaults (Python: `vdifrec.defaults["generate"]`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GenerateOptions {
+    /// Seconds of data: `seconds × fps` frame sets.
+    pub seconds: f64,
+    pub signal: SignalSpec,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            seconds: 1.0,
+            signal: SignalSpec::default(),
+        }
+    }
+}
+
+/// Writes a synthetic recording to `path` (refusing to start on a bad option); returns the
+/// header of its first frame.
+pub fn write_file(path: &std::path::Path, o: &GenerateOptions) -> Result<Header, GenerateError> {
+    if !(o.seconds.is_finite() && o.seconds > 0.0) {
+        return Err(GenerateError::Invalid {
+            name: "seconds",
+            why: format!("{} is not a positive duration in seconds", o.seconds),
+        });
+    }
+    // Every option is checked before the file is created.
+    o.signal.template()?;
+    let frame_sets = (o.seconds * o.signal.fps as f64).round().max(1.0) as u64;
+    let shown = path.display().to_string();
+    let write_err = |source| GenerateError::Write {
+        path: shown.clone(),
+        source,
+    };
+    let file = std::fs::File::create(path).map_err(write_err)?;
+    let mut w = std::io::BufWriter::with_capacity(4 << 20, file);
+    let h = write_frames(&o.signal, frame_sets, &mut w, &shown)?;
+    w.flush().map_err(write_err)?;
+    Ok(h)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -513,7 +668,8 @@ mod tests {
         let spec = SignalSpec {
             fps: 100,
             tone_amplitude: 0.0,
-            start: Some((40, 0)),
+            ref_epoch: Some(40),
+            start_second: Some(0),
             ..Default::default()
         };
         let mut synth = Synth::new(&spec).unwrap();
@@ -553,7 +709,8 @@ mod tests {
             tone_amplitude: 0.0,
             correlation: 0.5,
             delay: 3,
-            start: Some((40, 0)),
+            ref_epoch: Some(40),
+            start_second: Some(0),
             ..Default::default()
         };
         let mut synth = Synth::new(&spec).unwrap();

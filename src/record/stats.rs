@@ -1,7 +1,7 @@
 //! What the recorder reports: counters published by the capture, per-second rows, the summary.
 
-use crate::accounting::{Gap, SecondRow, ThreadTotals, Totals};
-use crate::classify::MalformedCounts;
+use crate::record::accounting::{Gap, SecondRow, ThreadTotals, Totals};
+use crate::record::classify::MalformedCounts;
 use serde::Serialize;
 
 /// Time of the newest frame seen, as its header has it.
@@ -70,7 +70,8 @@ pub struct FileRecord {
     pub bytes: u64,
 }
 
-/// The end of a recording: every counter, the files, the rows.
+/// The end of a recording: every counter, the files, the rows. Serialised as Python and
+/// `--summary-json` present it, `ok` included.
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     pub frames_received: u64,
@@ -109,23 +110,31 @@ pub struct Summary {
     pub seconds: Vec<RecordRow>,
     /// What the recorder said about its set-up (ring, socket buffer, pinning, O_DIRECT).
     pub notes: Vec<String>,
+    /// The recording is good: everything buffered is on disk (network loss is reported, not
+    /// an error). Set by `judge`, the one place this is decided.
+    pub ok: bool,
 }
 
 impl Summary {
-    /// The recording is good: everything buffered is on disk (network loss is reported, not
-    /// an error).
+    /// Decides `ok` from the counters: the invariant holds, nothing buffered was dropped on
+    /// the way to disk, and nothing failed.
+    pub fn judge(mut self) -> Summary {
+        self.ok = self.invariant_holds && self.bytes_dropped_disk == 0 && self.error.is_none();
+        self
+    }
+
     pub fn ok(&self) -> bool {
-        self.invariant_holds && self.bytes_dropped_disk == 0 && self.error.is_none()
+        self.ok
     }
 }
 
-/// A snapshot of a running recording.
-#[derive(Clone, Debug, Serialize)]
+/// A snapshot of a running recording. Serialised flat, as `Recorder.stats()` and `/status`
+/// present it (`frames_lost`, `datagrams_malformed_by_kind`, ...).
+#[derive(Clone, Debug)]
 pub struct Stats {
     /// "waiting" (no frame yet), "recording", "stopping", "failed" or "stopped".
     pub state: &'static str,
     pub elapsed_s: f64,
-    #[serde(flatten)]
     pub capture: CaptureStats,
     pub bytes_buffered: u64,
     pub bytes_written: u64,
@@ -137,4 +146,93 @@ pub struct Stats {
     pub current_file_bytes: u64,
     pub files_closed: usize,
     pub error: Option<String>,
+}
+
+impl Serialize for Stats {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let c = &self.capture;
+        let t = &c.totals;
+        StatsShape {
+            state: self.state,
+            elapsed_s: self.elapsed_s,
+            datagrams: c.datagrams,
+            frames_received: c.frames_received,
+            frames_lost: t.counts.lost,
+            frames_expected: t.counts.expected,
+            frames_out_of_order: t.counts.out_of_order,
+            frames_duplicate: t.counts.duplicates,
+            frames_invalid: t.counts.invalid,
+            frames_out_of_window: t.out_of_window,
+            frames_late: t.late,
+            time_jumps: t.time_jumps,
+            threads: t.threads,
+            datagrams_malformed: c.malformed.total(),
+            datagrams_malformed_by_kind: &c.malformed,
+            kernel_drops: c.kernel_drops,
+            ring_overflows: c.ring_overflows,
+            psn_lost: c.psn_lost,
+            psn_out_of_order: c.psn_out_of_order,
+            frame_size: c.frame_size,
+            frames_per_second: c.frames_per_second,
+            bytes_received: c.bytes_received,
+            bytes_buffered: self.bytes_buffered,
+            bytes_written: self.bytes_written,
+            ring_frames: self.ring_frames,
+            ring_slots: self.ring_slots,
+            ring_fill: self.ring_fill,
+            current_file: &self.current_file,
+            current_file_bytes: self.current_file_bytes,
+            files_closed: self.files_closed,
+            latest_frame: c.latest_frame,
+            seconds_since_datagram: c.seconds_since_datagram,
+            socket_errors: c.socket_errors,
+            last_socket_error: &c.last_socket_error,
+            capture_cpu_s: c.capture_cpu_s,
+            capture_setup_cpu_s: c.capture_setup_cpu_s,
+            error: &self.error,
+        }
+        .serialize(s)
+    }
+}
+
+/// The shape users see of a `Stats`: one level, the stream's totals named as in the summary.
+#[derive(Serialize)]
+struct StatsShape<'a> {
+    state: &'a str,
+    elapsed_s: f64,
+    datagrams: u64,
+    frames_received: u64,
+    frames_lost: u64,
+    frames_expected: u64,
+    frames_out_of_order: u64,
+    frames_duplicate: u64,
+    frames_invalid: u64,
+    frames_out_of_window: u64,
+    frames_late: u64,
+    time_jumps: u64,
+    threads: u32,
+    datagrams_malformed: u64,
+    datagrams_malformed_by_kind: &'a MalformedCounts,
+    kernel_drops: u64,
+    ring_overflows: u64,
+    psn_lost: u64,
+    psn_out_of_order: u64,
+    frame_size: usize,
+    frames_per_second: u32,
+    bytes_received: u64,
+    bytes_buffered: u64,
+    bytes_written: u64,
+    ring_frames: u64,
+    ring_slots: u64,
+    ring_fill: f64,
+    current_file: &'a Option<String>,
+    current_file_bytes: u64,
+    files_closed: usize,
+    latest_frame: Option<FrameTime>,
+    seconds_since_datagram: Option<f64>,
+    socket_errors: u64,
+    last_socket_error: &'a Option<String>,
+    capture_cpu_s: f64,
+    capture_setup_cpu_s: f64,
+    error: &'a Option<String>,
 }

@@ -1,4 +1,4 @@
-//! Spectrum and fringe checks: autospectra, bit-state statistics, cross-correlation, tones.
+//! Autospectra, and the machinery the other analyses share (FFT plans, workers, frame layouts).
 //!
 //! Autospectra follow mark5access' m5spec: `nfft` frequency channels across the band, from
 //! an FFT of `2 nfft` real samples (or `nfft` complex samples), |X|² averaged over the FFTs,
@@ -11,7 +11,6 @@
 use realfft::num_complex::Complex;
 use realfft::{RealFftPlanner, RealToComplex};
 use rustfft::{Fft, FftPlanner};
-use serde::Serialize;
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -27,7 +26,7 @@ pub enum SpectrumError {
 
 /// FFT plans, made once and shared by the workers.
 #[derive(Clone)]
-struct Plans {
+pub(crate) struct Plans {
     nfft: usize,
     complex: bool,
     /// Real data, one input: real-to-complex FFT of 2 nfft samples.
@@ -37,7 +36,7 @@ struct Plans {
 }
 
 impl Plans {
-    fn new(nfft: usize, complex: bool) -> Plans {
+    pub(crate) fn new(nfft: usize, complex: bool) -> Plans {
         let cplx_len = if complex { nfft } else { 2 * nfft };
         Plans {
             nfft,
@@ -48,7 +47,7 @@ impl Plans {
     }
 
     /// Samples per segment.
-    fn seg_len(&self) -> usize {
+    pub(crate) fn seg_len(&self) -> usize {
         if self.complex {
             self.nfft
         } else {
@@ -58,17 +57,18 @@ impl Plans {
 }
 
 /// Per-worker buffers. After a transform, `a` (and for a pair, `b`) hold the `nfft` bins.
-struct Work {
+pub(crate) struct Work {
     plans: Plans,
     real_in: Vec<f32>,
     z: Vec<Complex<f32>>,
-    a: Vec<Complex<f32>>,
-    b: Vec<Complex<f32>>,
+    /// The spectra of the last one or two inputs transformed.
+    pub(crate) a: Vec<Complex<f32>>,
+    pub(crate) b: Vec<Complex<f32>>,
     scratch: Vec<Complex<f32>>,
 }
 
 impl Work {
-    fn new(plans: &Plans) -> Work {
+    pub(crate) fn new(plans: &Plans) -> Work {
         let nfft = plans.nfft;
         let scratch = plans
             .cplx
@@ -86,7 +86,7 @@ impl Work {
 
     /// One input of a segment (`x` starts at the segment; `col` is the input's first value
     /// in a row of `row` values): its bins go to `a`.
-    fn one(&mut self, x: &[f32], col: usize, row: usize) {
+    pub(crate) fn one(&mut self, x: &[f32], col: usize, row: usize) {
         let n = self.plans.seg_len();
         if self.plans.complex {
             let re = x[col..].iter().step_by(row);
@@ -113,7 +113,7 @@ impl Work {
     /// separate and add |X_a|², |X_b|² to the sums (the spectrum's fused path).
     /// (Single-precision sums: the caller flushes them into double precision every few
     /// dozen segments, so rounding stays near 1e-7 relative.)
-    fn pair_power(
+    pub(crate) fn pair_power(
         plans: &Plans,
         z: &mut [Complex<f32>],
         scratch: &mut [Complex<f32>],
@@ -144,7 +144,7 @@ impl Work {
     /// Two real inputs of a segment at once: packed as the real and imaginary parts of one
     /// complex FFT, then separated (X_a = (Z_k + Z*_{L-k})/2, X_b = (Z_k − Z*_{L-k})/2i).
     /// Their bins go to `a` and `b`.
-    fn pair(&mut self, x: &[f32], col_a: usize, col_b: usize, row: usize) {
+    pub(crate) fn pair(&mut self, x: &[f32], col_a: usize, col_b: usize, row: usize) {
         let l = self.plans.seg_len();
         if col_b == col_a + 1 && col_a % 2 == 0 && row % 2 == 0 {
             // Neighbouring inputs are already a (re, im) pair in memory: one 8-byte move each.
@@ -188,7 +188,7 @@ impl Work {
 
 /// Splits `segments` over the available CPUs and runs `job(first, count)` on each part,
 /// returning the parts' results in order.
-fn parallel<R: Send>(segments: usize, job: impl Fn(usize, usize) -> R + Sync) -> Vec<R> {
+pub(crate) fn parallel<R: Send>(segments: usize, job: impl Fn(usize, usize) -> R + Sync) -> Vec<R> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Below a few segments per worker, threads cost more than they bring.
     let workers = cpus.min(segments / 8).max(1);
@@ -335,7 +335,7 @@ impl FrameLayout {
         true
     }
     /// Values per sample of one thread.
-    fn values(&self) -> usize {
+    pub(crate) fn values(&self) -> usize {
         self.nchan * if self.complex { 2 } else { 1 }
     }
 
@@ -634,387 +634,29 @@ impl SpectrumAccumulator {
     }
 }
 
-/// Cross-correlation of two streams: cross spectrum and autospectra, summed over FFTs.
-pub struct CrossAccumulator {
-    nfft: usize,
-    complex: bool,
-    plans: Plans,
-    cross: Vec<Complex<f64>>,
-    power_a: Vec<f64>,
-    power_b: Vec<f64>,
-    segments: u64,
-}
-
-/// A worker's share of the cross and auto spectra.
-struct CrossSums {
-    cross: Vec<Complex<f64>>,
-    pa: Vec<f64>,
-    pb: Vec<f64>,
-}
-
-impl CrossSums {
-    fn new(nfft: usize) -> CrossSums {
-        CrossSums {
-            cross: vec![Complex::default(); nfft],
-            pa: vec![0.0; nfft],
-            pb: vec![0.0; nfft],
-        }
-    }
-
-    fn add(&mut self, a: &[Complex<f32>], b: &[Complex<f32>]) {
-        for k in 0..self.cross.len() {
-            let (x, y) = (a[k], b[k]);
-            let c = x * y.conj();
-            self.cross[k] += Complex::new(c.re as f64, c.im as f64);
-            self.pa[k] += x.norm_sqr() as f64;
-            self.pb[k] += y.norm_sqr() as f64;
-        }
-    }
-}
-
-/// The result of a fringe search.
-#[derive(Clone, Debug, Serialize)]
-pub struct Fringe {
-    /// Lag of b behind a at the peak, in samples (b[n] ≈ a[n − delay_samples]).
-    pub delay_samples: i64,
-    /// Normalised correlation coefficient at the peak, corrected for the part of each FFT
-    /// segment that the lag pushes out of it.
-    pub amplitude: f64,
-    /// Phase of the complex lag function at the peak, radians.
-    pub phase: f64,
-    /// Peak amplitude over the rms of the lag function away from the peak.
-    pub snr: f64,
-    /// Lags −nfft..nfft−1 (real data) or −nfft/2..nfft/2−1 (complex), and |lag function|.
-    pub lags: Vec<i64>,
-    pub lag_amplitude: Vec<f64>,
-    /// Normalised cross spectrum, re and im per channel (ascending frequency).
-    pub cross_spectrum: Vec<(f64, f64)>,
-    pub segments: u64,
-}
-
-impl CrossAccumulator {
-    pub fn new(nfft: usize, complex: bool) -> Result<Self, SpectrumError> {
-        if !(2..=1 << 24).contains(&nfft) {
-            return Err(SpectrumError::BadNfft(nfft));
-        }
-        Ok(CrossAccumulator {
-            nfft,
-            complex,
-            plans: Plans::new(nfft, complex),
-            cross: vec![Complex::default(); nfft],
-            power_a: vec![0.0; nfft],
-            power_b: vec![0.0; nfft],
-            segments: 0,
+/// Gaussian noise of unit variance, for the analysis tests.
+#[cfg(test)]
+pub(crate) fn test_noise(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = crate::tools::generate::Rng::new(seed);
+    (0..n)
+        .map(|_| {
+            let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            crate::tools::generate::inverse_normal_cdf(u.clamp(1e-12, 1.0 - 1e-12)) as f32
         })
-    }
-
-    pub fn segment_len(&self) -> usize {
-        self.plans.seg_len()
-    }
-
-    /// Adds whole segments of two streams: sample `n` of a is at `a[a_off + n * a_row]` (and
-    /// its imaginary part one further for complex data); likewise b. Returns samples used.
-    #[allow(clippy::too_many_arguments)]
-    pub fn add(
-        &mut self,
-        a: &[f32],
-        a_off: usize,
-        a_row: usize,
-        b: &[f32],
-        b_off: usize,
-        b_row: usize,
-        n_samples: usize,
-    ) -> usize {
-        let seg = self.segment_len();
-        let vals = if self.complex { 2 } else { 1 };
-        let fits = |x: &[f32], off: usize, row: usize| {
-            if x.len() < off + vals {
-                0
-            } else {
-                (x.len() - off - vals) / row + 1
-            }
-        };
-        let n = n_samples
-            .min(fits(a, a_off, a_row))
-            .min(fits(b, b_off, b_row));
-        let segments = n / seg;
-        if segments == 0 {
-            return 0;
-        }
-        let (nfft, plans, complex) = (self.nfft, &self.plans, self.complex);
-        let same = std::ptr::eq(a.as_ptr(), b.as_ptr()) && a_row == b_row && a.len() == b.len();
-        let parts = parallel(segments, |first, count| {
-            let mut wa = Work::new(plans);
-            let mut wb = Work::new(plans);
-            let mut acc = CrossSums::new(nfft);
-            for s in first..first + count {
-                let xa = &a[a_off - a_off % a_row + s * seg * a_row..];
-                let xb = &b[b_off - b_off % b_row + s * seg * b_row..];
-                let (ca, cb) = (a_off % a_row, b_off % b_row);
-                if same && !complex {
-                    // Two real inputs of one stream: one packed complex FFT gives both.
-                    wa.pair(xa, ca, cb, a_row);
-                    acc.add(&wa.a, &wa.b);
-                } else {
-                    wa.one(xa, ca, a_row);
-                    wb.one(xb, cb, b_row);
-                    acc.add(&wa.a, &wb.a);
-                }
-            }
-            acc
-        });
-        for p in parts {
-            self.merge(p);
-        }
-        self.segments += segments as u64;
-        segments * seg
-    }
-
-    /// Adds segments of input `ia` of source a and input `ib` of source b (an input is a
-    /// value column: thread × nchan + channel), from `start_sample`; returns segments added.
-    #[allow(clippy::too_many_arguments)]
-    pub fn add_frames(
-        &mut self,
-        a: (&dyn FrameSource, &FrameLayout, usize),
-        b: Option<(&dyn FrameSource, &FrameLayout, usize)>,
-        ib_same: usize,
-        start_sample: usize,
-        max_segments: Option<u64>,
-    ) -> u64 {
-        let seg = self.segment_len();
-        let (sa, la, ia) = a;
-        let mut segments = (sa.sets() * la.spf).saturating_sub(start_sample) / seg;
-        if let Some((sb, lb, _)) = b {
-            segments = segments.min((sb.sets() * lb.spf).saturating_sub(start_sample) / seg);
-        }
-        if let Some(m) = max_segments {
-            segments = segments.min(m.saturating_sub(self.segments) as usize);
-        }
-        if segments == 0 {
-            return 0;
-        }
-        let vals = if self.complex { 2 } else { 1 };
-        let row_a = sa.threads() * la.values();
-        let (nfft, plans, complex) = (self.nfft, &self.plans, self.complex);
-        let parts = parallel(segments, |first, count| {
-            let mut wa = Work::new(plans);
-            let mut wb = Work::new(plans);
-            let (mut buf_a, mut buf_b) = (Vec::new(), Vec::new());
-            let mut acc = CrossSums::new(nfft);
-            for s in first..first + count {
-                let at = start_sample + s * seg;
-                la.decode(sa, at, seg, &mut buf_a);
-                match b {
-                    None if !complex => {
-                        wa.pair(&buf_a, ia * vals, ib_same * vals, row_a);
-                        acc.add(&wa.a, &wa.b);
-                    }
-                    None => {
-                        wa.one(&buf_a, ia * vals, row_a);
-                        wb.one(&buf_a, ib_same * vals, row_a);
-                        acc.add(&wa.a, &wb.a);
-                    }
-                    Some((sb, lb, ib)) => {
-                        lb.decode(sb, at, seg, &mut buf_b);
-                        let row_b = sb.threads() * lb.values();
-                        wa.one(&buf_a, ia * vals, row_a);
-                        wb.one(&buf_b, ib * vals, row_b);
-                        acc.add(&wa.a, &wb.a);
-                    }
-                }
-            }
-            acc
-        });
-        for p in parts {
-            self.merge(p);
-        }
-        self.segments += segments as u64;
-        segments as u64
-    }
-
-    fn merge(&mut self, p: CrossSums) {
-        for k in 0..self.nfft {
-            self.cross[k] += p.cross[k];
-            self.power_a[k] += p.pa[k];
-            self.power_b[k] += p.pb[k];
-        }
-    }
-
-    /// The lag function, its peak and the fringe parameters.
-    pub fn fringe(&self) -> Result<Fringe, SpectrumError> {
-        if self.segments == 0 {
-            return Err(SpectrumError::TooShort {
-                got: 0,
-                needed: self.segment_len(),
-            });
-        }
-        let nfft = self.nfft;
-        let l = self.segment_len();
-        let norm = (self.power_a.iter().sum::<f64>() * self.power_b.iter().sum::<f64>()).sqrt();
-        // lag[τ] = Σ_k C[k] e^{-2πi k τ / L}: positive τ when b lags a. Only the channels the
-        // spectrum has (positive frequencies for real data) take part, so the lag function is
-        // complex and its phase is the fringe phase.
-        let mut buf: Vec<Complex<f64>> = vec![Complex::default(); l];
-        buf[..nfft].copy_from_slice(&self.cross);
-        let fft = FftPlanner::<f64>::new().plan_fft_forward(l);
-        fft.process(&mut buf);
-        let half = (l / 2) as i64;
-        let lags: Vec<i64> = (-half..half).collect();
-        let lag_c: Vec<Complex<f64>> = lags
-            .iter()
-            .map(|&t| buf[t.rem_euclid(l as i64) as usize] / norm)
-            .collect();
-        let amp: Vec<f64> = lag_c.iter().map(|c| c.norm()).collect();
-        let (peak, _) = amp
-            .iter()
-            .enumerate()
-            .max_by(|x, y| x.1.partial_cmp(y.1).unwrap())
-            .expect("non-empty");
-        let tau = lags[peak];
-        // A lag τ leaves only L − |τ| samples of each segment overlapping.
-        let overlap = 1.0 - tau.unsigned_abs() as f64 / l as f64;
-        let amplitude = amp[peak] / overlap.max(1e-9);
-        // Noise: rms of the lag function away from the peak (beyond ±8 lags).
-        let off: Vec<f64> = amp
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| (*i as i64 - peak as i64).abs() > 8)
-            .map(|(_, a)| *a)
-            .collect();
-        let rms = (off.iter().map(|a| a * a).sum::<f64>() / off.len().max(1) as f64).sqrt();
-        let mut spectrum: Vec<(f64, f64)> = self
-            .cross
-            .iter()
-            .zip(self.power_a.iter().zip(&self.power_b))
-            .map(|(c, (a, b))| {
-                let d = (a * b).sqrt().max(f64::MIN_POSITIVE);
-                (c.re / d, c.im / d)
-            })
-            .collect();
-        if self.complex {
-            spectrum.rotate_left(nfft / 2);
-        }
-        Ok(Fringe {
-            delay_samples: tau,
-            amplitude,
-            phase: lag_c[peak].arg(),
-            snr: if rms > 0.0 {
-                amp[peak] / rms
-            } else {
-                f64::INFINITY
-            },
-            lags,
-            lag_amplitude: amp,
-            cross_spectrum: spectrum,
-            segments: self.segments,
-        })
-    }
-}
-
-/// A tone found in a spectrum.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Tone {
-    /// Spectral channel of the peak, refined between channels (parabolic fit).
-    pub channel: f64,
-    /// Power at the peak over the median (the noise floor).
-    pub power_ratio: f64,
-}
-
-/// Local maxima more than `threshold` times the median power, strongest first.
-pub fn find_tones(power: &[f64], threshold: f64) -> Vec<Tone> {
-    if power.len() < 3 {
-        return Vec::new();
-    }
-    let mut sorted: Vec<f64> = power.to_vec();
-    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let floor = sorted[sorted.len() / 2].max(f64::MIN_POSITIVE);
-    let mut tones: Vec<Tone> = (0..power.len())
-        .filter(|&k| {
-            let p = power[k];
-            p > threshold * floor
-                && (k == 0 || p >= power[k - 1])
-                && (k + 1 == power.len() || p > power[k + 1])
-        })
-        .map(|k| {
-            // Parabola through the peak and its neighbours.
-            let offset = if k > 0 && k + 1 < power.len() {
-                let (a, b, c) = (power[k - 1], power[k], power[k + 1]);
-                let d = a - 2.0 * b + c;
-                if d.abs() > 0.0 {
-                    (0.5 * (a - c) / d).clamp(-0.5, 0.5)
-                } else {
-                    0.0
-                }
-            } else {
-                0.0
-            };
-            Tone {
-                channel: k as f64 + offset,
-                power_ratio: power[k] / floor,
-            }
-        })
-        .collect();
-    tones.sort_by(|a, b| b.power_ratio.partial_cmp(&a.power_ratio).unwrap());
-    tones
-}
-
-/// Counts of each quantisation state per input, straight from payload bytes.
-///
-/// `payloads` are the payloads of whole frames of one thread layout; the counts come back as
-/// `nchan × 2^bits` (complex data: real and imaginary parts counted together).
-pub fn bit_states(payloads: &[&[u8]], bits: u32, nchan: usize, complex: bool) -> Vec<u64> {
-    let levels = 1usize << bits;
-    let vpb = (8 / bits) as usize;
-    let vals = if complex { 2 } else { 1 };
-    // Values per time sample, and bytes per time sample (at least one).
-    let per_sample = nchan * vals;
-    let period = (per_sample / vpb).max(1);
-    // A byte histogram per byte position within a sample: one increment per byte.
-    let mut hist = vec![0u64; period * 256];
-    for p in payloads {
-        for (i, b) in p.iter().enumerate() {
-            hist[(i % period) * 256 + *b as usize] += 1;
-        }
-    }
-    let mut counts = vec![0u64; nchan * levels];
-    let mask = (levels - 1) as u32;
-    for pos in 0..period {
-        for byte in 0..256usize {
-            let n = hist[pos * 256 + byte];
-            if n == 0 {
-                continue;
-            }
-            for k in 0..vpb {
-                let value = pos * vpb + k;
-                let chan = (value / vals) % nchan;
-                let code = (byte as u32 >> (k as u32 * bits)) & mask;
-                counts[chan * levels + code as usize] += n;
-            }
-        }
-    }
-    counts
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn noise(n: usize, seed: u64) -> Vec<f32> {
-        let mut rng = crate::generate::Rng::new(seed);
-        (0..n)
-            .map(|_| {
-                let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-                crate::generate::inverse_normal_cdf(u.clamp(1e-12, 1.0 - 1e-12)) as f32
-            })
-            .collect()
-    }
+    use crate::analysis::tones::find_tones;
 
     #[test]
     fn tone_lands_in_its_channel() {
         let nfft = 256;
         let n = 2 * nfft * 64;
         let f = 37.0 / (2.0 * nfft as f64); // channel 37
-        let mut x = noise(n, 3);
+        let mut x = test_noise(n, 3);
         for (i, v) in x.iter_mut().enumerate() {
             *v += (2.0 * std::f64::consts::PI * f * i as f64).cos() as f32;
         }
@@ -1024,38 +666,5 @@ mod tests {
         let tones = find_tones(&p, 10.0);
         assert!((tones[0].channel - 37.0).abs() < 0.1, "{tones:?}");
         assert!(tones[0].power_ratio > 50.0);
-    }
-
-    #[test]
-    fn delay_and_correlation_are_recovered() {
-        let (n, rho, delay) = (1 << 18, 0.3f32, 17usize);
-        let common = noise(n + delay, 1);
-        let (na, nb) = (noise(n, 2), noise(n, 3));
-        let (a_w, b_w) = (rho.sqrt(), (1.0 - rho).sqrt());
-        let a: Vec<f32> = (0..n)
-            .map(|i| a_w * common[i + delay] + b_w * na[i])
-            .collect();
-        // b lags a by `delay` samples.
-        let b: Vec<f32> = (0..n).map(|i| a_w * common[i] + b_w * nb[i]).collect();
-        let mut acc = CrossAccumulator::new(512, false).unwrap();
-        acc.add(&a, 0, 1, &b, 0, 1, n);
-        let f = acc.fringe().unwrap();
-        assert_eq!(f.delay_samples, delay as i64);
-        assert!((f.amplitude - 0.3).abs() < 0.02, "{}", f.amplitude);
-        assert!(f.snr > 20.0, "{}", f.snr);
-        assert!(f.phase.abs() < 0.1, "{}", f.phase);
-    }
-
-    #[test]
-    fn bit_states_count_every_value() {
-        // 2-bit, 4 channels: one byte is one time sample, channel k in bits 2k..2k+1.
-        let payload = [0b11_10_01_00u8, 0b00_00_00_00, 0b11_11_11_11];
-        let c = bit_states(&[&payload], 2, 4, false);
-        assert_eq!(&c[0..4], &[2, 0, 0, 1]); // channel 0: codes 0, 0, 3
-        assert_eq!(&c[4..8], &[1, 1, 0, 1]); // channel 1: codes 1, 0, 3
-        assert_eq!(c.iter().sum::<u64>(), 12);
-        // 2-bit, 1 channel: four time samples per byte, all of channel 0.
-        let c = bit_states(&[&payload], 2, 1, false);
-        assert_eq!(c, vec![5, 1, 1, 5]);
     }
 }

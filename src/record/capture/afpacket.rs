@@ -57,11 +57,11 @@ const PKT_MAC: usize = 24;
 
 #[derive(Debug, Error)]
 pub enum AfPacketError {
-    #[error("the afpacket backend needs an interface: give --interface IF (e.g. the 10 GbE port, `ip link` lists them)")]
+    #[error("the afpacket backend needs an interface: name it (e.g. the 10 GbE port; `ip link` lists them)")]
     NoInterface,
     #[error("interface {0:?} does not exist (`ip link` lists the interfaces)")]
     NoSuchInterface(String),
-    #[error("AF_PACKET needs CAP_NET_RAW: run as root, or `setcap cap_net_raw,cap_ipc_lock+ep` the Python interpreter, or use --backend udp ({0})")]
+    #[error("AF_PACKET needs CAP_NET_RAW: run as root, or `setcap cap_net_raw,cap_ipc_lock+ep` the Python interpreter, or use the udp backend ({0})")]
     Permission(io::Error),
     #[error("cannot set up the AF_PACKET ring on {interface}: {source}")]
     Setup {

@@ -6,8 +6,8 @@
 //! request per connection, bounded reads and timeouts, so a slow or hostile client costs at
 //! most a second of status, never a frame.
 
-use crate::recorder::Shared;
-use crate::stats::Stats;
+use crate::record::shared::Shared;
+use crate::record::stats::Stats;
 use crate::vdif::time::{utc_unix, VdifTime};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -42,7 +42,7 @@ struct Status<'a> {
     current_file_bytes: u64,
     ring_fill: f64,
     rates: Rates,
-    last_second: Option<crate::stats::RecordRow>,
+    last_second: Option<crate::record::stats::RecordRow>,
     stats: &'a Stats,
 }
 

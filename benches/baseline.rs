@@ -2,9 +2,10 @@
 //! a plain receive-and-discard loop (the most any capture on this host could do), and the
 //! writer alone, fed from memory (to compare with `dd` on the same disk).
 
-use crate::recorder::Shared;
-use crate::ring::{Ring, RingMemory};
-use crate::writer::{self, Target, WriterConfig};
+use crate::record::config::Target;
+use crate::record::ring::{Ring, RingMemory};
+use crate::record::shared::Shared;
+use crate::record::writer::{self, WriterConfig};
 use serde::Serialize;
 use socket2::{SockAddr, Socket};
 use std::net::{IpAddr, SocketAddr};
@@ -36,7 +37,7 @@ pub struct DiscardReceiver {
 impl DiscardReceiver {
     pub fn start(bind: IpAddr, port: u16, rcvbuf: usize) -> std::io::Result<DiscardReceiver> {
         // Tuned exactly as the udp backend's socket, so the comparison is of the loops alone.
-        let (socket, _) = crate::capture::udp::receive_socket(bind, rcvbuf)?;
+        let (socket, _) = crate::record::capture::udp::receive_socket(bind, rcvbuf)?;
         socket.bind(&SockAddr::from(SocketAddr::new(bind, port)))?;
         let local = socket.local_addr()?.as_socket().expect("an inet socket");
         let stop = Arc::new(AtomicBool::new(false));
@@ -106,7 +107,7 @@ fn discard_loop(socket: Socket, stop: &AtomicBool, received: &AtomicU64) -> Disc
         result.datagrams += n as u64;
         received.store(result.datagrams, Ordering::Relaxed);
         // The kernel's drop counter, read from the last message as the udp backend does.
-        if let Some(d) = crate::capture::udp::rxq_overflow(&msgs[n as usize - 1].msg_hdr) {
+        if let Some(d) = crate::record::capture::udp::rxq_overflow(&msgs[n as usize - 1].msg_hdr) {
             result.kernel_drops = result.kernel_drops.max(d as u64);
         }
     }
@@ -133,14 +134,16 @@ pub fn writer_throughput(
     frame_size: usize,
     direct: bool,
 ) -> Result<WriterBench, String> {
-    let shared = Arc::new(Shared::new());
-    let memory = RingMemory::new(256 << 20, true).map_err(|e| e.to_string())?;
-    let (ring, _) = Ring::new(memory, frame_size, true).map_err(|e| e.to_string())?;
+    let shared = Arc::new(Shared::new(true));
+    let memory =
+        RingMemory::new(256 << 20, true, true, Some(frame_size)).map_err(|e| e.to_string())?;
+    let ring = Ring::new(memory, frame_size).map_err(|e| e.to_string())?;
     let ring = Arc::new(ring);
     shared.set_ring(ring.clone());
-    let header = crate::generate::SignalSpec {
+    let header = crate::tools::generate::SignalSpec {
         frame_size,
-        start: Some((53, 0)),
+        ref_epoch: Some(53),
+        start_second: Some(0),
         ..Default::default()
     }
     .template()
@@ -178,109 +181,18 @@ pub fn writer_throughput(
         seq += k;
         ring.publish(seq);
     }
-    shared.capture_done.store(true, Ordering::Release);
+    shared.set_capture_done();
     writer
         .join()
         .map_err(|_| "writer thread panicked".to_string())?;
     let seconds = t0.elapsed().as_secs_f64();
-    let direct_used = shared
-        .notes_snapshot()
-        .iter()
-        .any(|n| n.contains("O_DIRECT writes"));
-    let cpu_s = *shared.writer_cpu_s.lock().unwrap();
+    let direct_used = shared.notes().iter().any(|n| n.contains("O_DIRECT writes"));
+    let cpu_s = shared.writer_cpu_s();
     Ok(WriterBench {
-        bytes: shared.bytes_written.load(Ordering::Acquire),
+        bytes: shared.bytes_written(),
         seconds,
         cpu_s,
         direct: direct_used,
-        error: shared.error_snapshot(),
+        error: shared.error(),
     })
-}
-
-/// A blockwrite-style test of a directory: `threads` writers of `block`-byte O_DIRECT writes
-/// (buffered where the file system refuses O_DIRECT) for about `seconds` or `max_bytes` in
-/// all. Returns (bytes per second, whether O_DIRECT was used). The test files are removed.
-pub fn disk_write_test(
-    dir: &Path,
-    block: usize,
-    threads: usize,
-    max_bytes: u64,
-    seconds: f64,
-) -> std::io::Result<(f64, bool)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let block = block.next_multiple_of(4096).max(4096);
-    let per_thread = max_bytes / threads.max(1) as u64;
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    let written = AtomicU64::new(0);
-    let direct_used = AtomicBool::new(true);
-    let t0 = Instant::now();
-    std::thread::scope(|s| -> std::io::Result<()> {
-        let mut handles = Vec::new();
-        for t in 0..threads.max(1) {
-            let path = dir.join(format!(".vdifrec-doctor-{}-{t}", std::process::id()));
-            let (written, direct_used) = (&written, &direct_used);
-            handles.push(s.spawn(move || -> std::io::Result<()> {
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(&path)
-                    .or_else(|_| {
-                        direct_used.store(false, Ordering::Relaxed);
-                        std::fs::OpenOptions::new()
-                            .write(true)
-                            .create(true)
-                            .truncate(true)
-                            .open(&path)
-                    })?;
-                // A page-aligned buffer (O_DIRECT needs aligned memory) of recognisable bytes.
-                let layout =
-                    std::alloc::Layout::from_size_align(block, 4096).expect("valid layout");
-                // SAFETY: a non-zero, aligned allocation, freed below.
-                let buf = unsafe { std::alloc::alloc(layout) };
-                if buf.is_null() {
-                    let _ = std::fs::remove_file(&path);
-                    return Err(std::io::Error::from(std::io::ErrorKind::OutOfMemory));
-                }
-                // SAFETY: filling and then reading our own allocation of `block` bytes.
-                unsafe { std::ptr::write_bytes(buf, 0x5a, block) };
-                let mut off = 0u64;
-                let mut result = Ok(());
-                while off < per_thread && Instant::now() < deadline {
-                    // SAFETY: writing `block` bytes from our buffer to our file.
-                    let rc = unsafe {
-                        libc::pwrite(
-                            file.as_raw_fd(),
-                            buf as *const libc::c_void,
-                            block,
-                            off as libc::off_t,
-                        )
-                    };
-                    if rc <= 0 {
-                        result = Err(std::io::Error::last_os_error());
-                        break;
-                    }
-                    off += rc as u64;
-                    written.fetch_add(rc as u64, Ordering::Relaxed);
-                }
-                // SAFETY: our file descriptor; then freeing our allocation.
-                unsafe {
-                    libc::fdatasync(file.as_raw_fd());
-                    std::alloc::dealloc(buf, layout);
-                }
-                let _ = std::fs::remove_file(&path);
-                result
-            }));
-        }
-        for h in handles {
-            h.join().expect("write-test thread")?;
-        }
-        Ok(())
-    })?;
-    let secs = t0.elapsed().as_secs_f64().max(1e-9);
-    Ok((
-        written.load(Ordering::Relaxed) as f64 / secs,
-        direct_used.load(Ordering::Relaxed),
-    ))
 }

@@ -23,7 +23,7 @@ const FREE: u64 = u64::MAX;
 
 #[derive(Debug, Error)]
 pub enum RingError {
-    #[error("ring of {asked} bytes is smaller than one aligned run of {run} bytes ({frames} frames of {frame_size} bytes): give --ring of at least {run} bytes")]
+    #[error("ring of {asked} bytes is smaller than one aligned run of {run} bytes ({frames} frames of {frame_size} bytes): give a ring of at least {run} bytes")]
     TooSmall {
         asked: u64,
         run: u64,
@@ -31,7 +31,7 @@ pub enum RingError {
         frame_size: usize,
     },
     #[error(
-        "cannot allocate the {bytes}-byte ring: {source} (free memory, or give a smaller --ring)"
+        "cannot allocate the {bytes}-byte ring: {source} (free memory, or give a smaller ring)"
     )]
     Alloc { bytes: u64, source: std::io::Error },
     #[error("cannot map the ring: {0}")]
@@ -63,67 +63,128 @@ fn gcd(a: u64, b: u64) -> u64 {
     }
 }
 
-/// Memory reserved for a ring before its frame size is known: a memfd, maybe of huge pages.
+/// Memory for a ring, allocated, mapped and locked when the recording starts, before its
+/// frame size is known: a memfd (of huge pages where reserved), every page allocated now
+/// (`fallocate`, so a machine short of memory says so here rather than killing the process
+/// with SIGBUS at the first frame), mapped once with its page tables filled, inside an address
+/// range twice its size that the ring's mirror will use. Laying out the slots later costs
+/// one `mmap` call and no page faults in the capture thread.
 pub struct RingMemory {
     file: File,
+    /// Bytes of the memfd (one half of the reserved range).
     bytes: u64,
     huge_pages: bool,
-    /// What happened about huge pages, for the operator.
-    pub huge_page_note: String,
+    /// Start of the reserved range of `2 * bytes`; the first `bytes` are mapped.
+    base: *mut u8,
+    locked: bool,
+    /// What happened about huge pages and locking, for the operator.
+    note: String,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; nothing else refers to it
+// until a Ring takes it over.
+unsafe impl Send for RingMemory {}
+unsafe impl Sync for RingMemory {}
+
+const HUGE_PAGE: u64 = 2 << 20;
+
+/// The smallest ring of `frame_size` frames on huge pages: whole aligned runs that are whole
+/// huge pages too (the mirror must start on a huge-page boundary).
+fn huge_unit(frame_size: usize) -> u64 {
+    lcm(frames_per_run(frame_size) * frame_size as u64, HUGE_PAGE)
+}
+
+/// Whether the free huge pages can hold `bytes`.
+pub fn huge_pages_cover(bytes: u64) -> bool {
+    huge_pages_free().unwrap_or(0) * HUGE_PAGE >= bytes.next_multiple_of(HUGE_PAGE)
 }
 
 impl RingMemory {
-    /// Reserves `bytes` (rounded up to the page size). Huge pages are used when enough are
-    /// reserved in /proc/meminfo and `want_huge` is set; otherwise 4 KiB pages, with a note.
-    pub fn new(bytes: u64, want_huge: bool) -> Result<RingMemory, RingError> {
-        const HUGE: u64 = 2 << 20;
-        let free_huge = huge_pages_free().unwrap_or(0) * HUGE;
-        let (huge, note) = if !want_huge {
-            (false, "huge pages: not asked for".to_string())
-        } else if free_huge >= bytes.next_multiple_of(HUGE) {
-            (true, String::new())
+    /// Allocates `bytes` (rounded up to the page size), maps them and, with `try_mlock`, locks
+    /// them. Huge pages are used when `want_huge`, enough are free and the frame size is known
+    /// (a huge-page ring is laid out in runs that are whole huge pages too, which only a known
+    /// frame size can tell fit); otherwise 4 KiB pages, with a note. A refused lock is a note,
+    /// never an error.
+    pub fn new(
+        bytes: u64,
+        want_huge: bool,
+        try_mlock: bool,
+        frame_size: Option<usize>,
+    ) -> Result<RingMemory, RingError> {
+        let (file, bytes, huge_pages, huge_note) =
+            RingMemory::create(bytes, want_huge, frame_size)?;
+        allocate(&file, bytes)?;
+        let base = map_first_half(&file, bytes as usize, huge_pages)?;
+        let mut memory = RingMemory {
+            file,
+            bytes,
+            huge_pages,
+            base,
+            locked: false,
+            note: String::new(),
+        };
+        let lock_note = if !try_mlock {
+            "mlock: not asked for".to_string()
+        } else if memory.lock() {
+            "mlock: yes".to_string()
         } else {
-            (
-                false,
-                format!(
-                    "huge pages: {} MiB free, {} MiB needed; using 4 KiB pages (reserve with `sysctl vm.nr_hugepages=N`)",
-                    free_huge >> 20,
-                    bytes.next_multiple_of(HUGE) >> 20
-                ),
+            format!(
+                "mlock: not permitted ({}); the ring may be swapped out under memory pressure (raise `ulimit -l` or run with CAP_IPC_LOCK)",
+                std::io::Error::last_os_error()
             )
         };
-        if huge {
-            match memfd(bytes.next_multiple_of(HUGE), true) {
-                Ok(file) => {
-                    return Ok(RingMemory {
-                        file,
-                        bytes: bytes.next_multiple_of(HUGE),
-                        huge_pages: true,
-                        huge_page_note: "huge pages: yes (2 MiB)".into(),
-                    })
-                }
-                Err(e) => {
-                    let file = memfd(bytes.next_multiple_of(4096), false)
-                        .map_err(|source| RingError::Alloc { bytes, source })?;
-                    return Ok(RingMemory {
-                        file,
-                        bytes: bytes.next_multiple_of(4096),
-                        huge_pages: false,
-                        huge_page_note: format!(
-                            "huge pages: could not be used ({e}); using 4 KiB pages"
-                        ),
-                    });
-                }
-            }
+        memory.note = format!("{huge_note}; {lock_note}");
+        Ok(memory)
+    }
+
+    /// The memfd, of huge pages if asked and enough are free.
+    fn create(
+        bytes: u64,
+        want_huge: bool,
+        frame_size: Option<usize>,
+    ) -> Result<(File, u64, bool, String), RingError> {
+        let small = |note: String| -> Result<(File, u64, bool, String), RingError> {
+            let rounded = bytes.next_multiple_of(4096);
+            let file =
+                memfd(rounded, false).map_err(|source| RingError::Alloc { bytes, source })?;
+            Ok((file, rounded, false, note))
+        };
+        if !want_huge {
+            return small("huge pages: not asked for".into());
         }
-        let file = memfd(bytes.next_multiple_of(4096), false)
-            .map_err(|source| RingError::Alloc { bytes, source })?;
-        Ok(RingMemory {
-            file,
-            bytes: bytes.next_multiple_of(4096),
-            huge_pages: false,
-            huge_page_note: note,
-        })
+        let Some(fs) = frame_size else {
+            return small("huge pages: used only when the frame size is given (it decides how the ring is laid out in them); using 4 KiB pages".into());
+        };
+        let unit = huge_unit(fs);
+        if bytes.next_multiple_of(HUGE_PAGE) < unit {
+            return small(format!(
+                "huge pages: a {} MiB ring holds no run of {fs}-byte frames that is whole huge pages ({} MiB); using 4 KiB pages",
+                bytes >> 20,
+                unit >> 20
+            ));
+        }
+        if !huge_pages_cover(bytes) {
+            let free = huge_pages_free().unwrap_or(0) * HUGE_PAGE;
+            return small(format!(
+                "huge pages: {} MiB free, {} MiB needed; using 4 KiB pages (reserve with `sysctl vm.nr_hugepages=N`)",
+                free >> 20,
+                bytes.next_multiple_of(HUGE_PAGE) >> 20
+            ));
+        }
+        let rounded = bytes.next_multiple_of(HUGE_PAGE);
+        match memfd(rounded, true) {
+            Ok(file) => Ok((file, rounded, true, "huge pages: yes (2 MiB)".into())),
+            Err(e) => small(format!(
+                "huge pages: could not be used ({e}); using 4 KiB pages"
+            )),
+        }
+    }
+
+    fn lock(&mut self) -> bool {
+        // SAFETY: the first half is our own mapping.
+        self.locked =
+            unsafe { libc::mlock(self.base as *const libc::c_void, self.bytes as usize) == 0 };
+        self.locked
     }
 
     pub fn bytes(&self) -> u64 {
@@ -134,28 +195,34 @@ impl RingMemory {
         self.huge_pages
     }
 
-    /// Allocates every page from the calling thread (through a temporary mapping), before the
-    /// frame size is known.
-    pub fn prefault(&self) {
-        // SAFETY: a private view of our own memfd, written page by page, then unmapped.
+    /// Huge pages and locking, as they turned out.
+    pub fn note(&self) -> &str {
+        &self.note
+    }
+}
+
+impl Drop for RingMemory {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the reserved range; no reference into it outlives this value (a Ring
+        // that lays it out owns it and keeps it alive as long as any view).
         unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                self.bytes as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                self.file.as_raw_fd(),
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                return;
-            }
-            let step = if self.huge_pages { 2 << 20 } else { 4096 };
-            for off in (0..self.bytes as usize).step_by(step) {
-                std::ptr::write_volatile((p as *mut u8).add(off), 0);
-            }
-            libc::munmap(p, self.bytes as usize);
+            libc::munmap(self.base as *mut libc::c_void, 2 * self.bytes as usize);
         }
+    }
+}
+
+/// Gives the memfd all its pages now. File systems that cannot preallocate are left to
+/// MAP_POPULATE; a machine without the memory is an error here.
+fn allocate(file: &File, bytes: u64) -> Result<(), RingError> {
+    // SAFETY: fallocate on a descriptor we own.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, bytes as libc::off_t) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::ENOMEM) => Err(RingError::Alloc { bytes, source: e }),
+        _ => Ok(()),
     }
 }
 
@@ -200,9 +267,8 @@ pub struct Ring {
     read_seq: AtomicU64,
     pins: [AtomicU64; MAX_PINS],
     pins_active: AtomicU64,
-    huge_pages: bool,
-    locked: bool,
-    _memory: File,
+    /// Owns the mapping; unmapped when the ring (and every view holding it) is gone.
+    memory: RingMemory,
 }
 
 // SAFETY: the raw mapping is shared memory whose use is coordinated by the atomics above
@@ -213,16 +279,13 @@ unsafe impl Sync for Ring {}
 
 impl Ring {
     /// Lays `memory` out as slots of `frame_size` bytes: the largest multiple of the aligned
-    /// run that fits (and of the huge page size when huge pages back it), mapped twice.
-    pub fn new(
-        memory: RingMemory,
-        frame_size: usize,
-        try_mlock: bool,
-    ) -> Result<(Ring, String), RingError> {
+    /// run that fits (and of the huge page size when huge pages back it), and maps the mirror
+    /// right behind them, so that runs across the end stay contiguous.
+    pub fn new(memory: RingMemory, frame_size: usize) -> Result<Ring, RingError> {
         let run = frames_per_run(frame_size);
         let run_bytes = run * frame_size as u64;
         let unit = if memory.huge_pages {
-            lcm(run_bytes, 2 << 20)
+            huge_unit(frame_size)
         } else {
             run_bytes
         };
@@ -235,39 +298,20 @@ impl Ring {
                 frame_size,
             });
         }
-        let base = map_mirrored(&memory.file, bytes as usize, memory.huge_pages)?;
-        let locked = try_mlock && {
-            // SAFETY: the range is our own mapping.
-            unsafe { libc::mlock(base as *const libc::c_void, bytes as usize) == 0 }
-        };
-        let note = if !try_mlock {
-            "mlock: not asked for".to_string()
-        } else if locked {
-            "mlock: yes".to_string()
-        } else {
-            format!(
-                "mlock: not permitted ({}); the ring may be swapped out under memory pressure (raise `ulimit -l` or run with CAP_IPC_LOCK)",
-                std::io::Error::last_os_error()
-            )
-        };
-        Ok((
-            Ring {
-                base,
-                bytes: bytes as usize,
-                frame_size,
-                nslots: bytes / frame_size as u64,
-                run,
-                write_seq: AtomicU64::new(0),
-                reserved_seq: AtomicU64::new(0),
-                read_seq: AtomicU64::new(0),
-                pins: std::array::from_fn(|_| AtomicU64::new(FREE)),
-                pins_active: AtomicU64::new(0),
-                huge_pages: memory.huge_pages,
-                locked,
-                _memory: memory.file,
-            },
-            note,
-        ))
+        map_mirror(&memory, bytes as usize)?;
+        Ok(Ring {
+            base: memory.base,
+            bytes: bytes as usize,
+            frame_size,
+            nslots: bytes / frame_size as u64,
+            run,
+            write_seq: AtomicU64::new(0),
+            reserved_seq: AtomicU64::new(0),
+            read_seq: AtomicU64::new(0),
+            pins: std::array::from_fn(|_| AtomicU64::new(FREE)),
+            pins_active: AtomicU64::new(0),
+            memory,
+        })
     }
 
     pub fn frame_size(&self) -> usize {
@@ -284,10 +328,10 @@ impl Ring {
         self.bytes
     }
     pub fn huge_pages(&self) -> bool {
-        self.huge_pages
+        self.memory.huge_pages
     }
     pub fn locked(&self) -> bool {
-        self.locked
+        self.memory.locked
     }
 
     /// Address of frame `seq`'s slot; the `n` frames from there are contiguous for `n <= nslots`.
@@ -425,26 +469,18 @@ impl Ring {
     }
 }
 
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: unmaps the reservation made in map_mirrored; no reference outlives the ring.
-        unsafe {
-            libc::munmap(self.base as *mut libc::c_void, 2 * self.bytes);
-        }
-    }
-}
-
 fn lcm(a: u64, b: u64) -> u64 {
     a / gcd(a, b) * b
 }
 
-/// Maps the first `bytes` of `file` twice, back to back, in one reserved address range.
-fn map_mirrored(file: &File, bytes: usize, huge: bool) -> Result<*mut u8, RingError> {
+/// Reserves an address range of twice `bytes` (aligned for huge pages) and maps the memfd
+/// into its first half, page tables filled.
+fn map_first_half(file: &File, bytes: usize, huge: bool) -> Result<*mut u8, RingError> {
     let err = || RingError::Map(std::io::Error::last_os_error());
-    // SAFETY: reserve 2 × bytes of address space, then replace both halves with shared
-    // mappings of the same file at fixed addresses inside the reservation.
+    // SAFETY: reserve 2 × bytes of address space, then replace the first half with a shared
+    // mapping of the file at a fixed address inside the reservation.
     unsafe {
-        let align = if huge { 2 << 20 } else { 4096 };
+        let align = if huge { HUGE_PAGE as usize } else { 4096 };
         let reserve = libc::mmap(
             std::ptr::null_mut(),
             2 * bytes + align,
@@ -466,25 +502,46 @@ fn map_mirrored(file: &File, bytes: usize, huge: bool) -> Result<*mut u8, RingEr
         if slack_back > 0 {
             libc::munmap((start + 2 * bytes) as *mut libc::c_void, slack_back);
         }
-        for half in 0..2 {
-            let addr = (start + half * bytes) as *mut libc::c_void;
-            let p = libc::mmap(
-                addr,
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                // Populate the page tables now: the memfd's pages are already allocated.
-                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
-                file.as_raw_fd(),
-                0,
-            );
-            if p == libc::MAP_FAILED || p != addr {
-                let e = err();
-                libc::munmap(start as *mut libc::c_void, 2 * bytes);
-                return Err(e);
-            }
+        let p = libc::mmap(
+            start as *mut libc::c_void,
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            // Fill the page tables now, while nothing is arriving.
+            libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
+            file.as_raw_fd(),
+            0,
+        );
+        if p == libc::MAP_FAILED || p as usize != start {
+            let e = err();
+            libc::munmap(start as *mut libc::c_void, 2 * bytes);
+            return Err(e);
         }
         Ok(start as *mut u8)
     }
+}
+
+/// Maps the memfd's first `used` bytes again right behind themselves. Only runs and views
+/// across the ring's end touch this second copy, so its pages are left to fault in (they are
+/// the same, already allocated and locked pages): no page-table work in the capture thread.
+fn map_mirror(memory: &RingMemory, used: usize) -> Result<(), RingError> {
+    // SAFETY: the target range [base + used, base + 2·used) lies inside the reservation made
+    // by map_first_half (used <= bytes); it replaces the unused tail of the first mapping
+    // and reserved address space, nothing any reference points into.
+    unsafe {
+        let addr = memory.base.add(used) as *mut libc::c_void;
+        let p = libc::mmap(
+            addr,
+            used,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            memory.file.as_raw_fd(),
+            0,
+        );
+        if p == libc::MAP_FAILED || p != addr {
+            return Err(RingError::Map(std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -492,9 +549,7 @@ mod tests {
     use super::*;
 
     fn ring(bytes: u64, fs: usize) -> Ring {
-        Ring::new(RingMemory::new(bytes, false).unwrap(), fs, false)
-            .unwrap()
-            .0
+        Ring::new(RingMemory::new(bytes, false, false, None).unwrap(), fs).unwrap()
     }
 
     #[test]
@@ -576,10 +631,10 @@ mod tests {
 
     #[test]
     fn too_small_is_explained() {
-        let m = RingMemory::new(4096, false).unwrap();
-        let err = Ring::new(m, 8224, false).err().unwrap().to_string();
+        let m = RingMemory::new(4096, false, false, None).unwrap();
+        let err = Ring::new(m, 8224).err().unwrap().to_string();
         assert!(
-            err.contains("give --ring of at least 1052672 bytes"),
+            err.contains("give a ring of at least 1052672 bytes"),
             "{err}"
         );
     }

@@ -5,9 +5,10 @@
 //! can be injected deterministically: drops (`S:A-B`, `every:N`), reordering, stray datagrams.
 //! `record_sent` writes exactly the frames sent, in order, for byte-exact comparisons.
 
-use crate::generate::{frame_header, GenerateError, SignalSpec, Synth};
+use crate::options::{in_range, ArgError};
+use crate::tools::generate::{frame_header, GenerateError, SignalSpec, Synth};
 use crate::vdif::header::Header;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -33,9 +34,11 @@ pub enum SendError {
         to: SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot read {path}: {why}")]
+    #[error("file: cannot read {path}: {why}")]
     Replay { path: PathBuf, why: String },
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot read {path}: {why}")]
+    Verify { path: PathBuf, why: String },
+    #[error("record_sent: cannot write {path}: {source}")]
     RecordSent {
         path: PathBuf,
         source: std::io::Error,
@@ -56,6 +59,11 @@ pub enum DropRule {
 /// Parses `S:A-B[,S:A-B][,every:N]`.
 pub fn parse_drops(text: &str) -> Result<Vec<DropRule>, SendError> {
     let bad = |why: String| SendError::BadArgument { name: "drop", why };
+    if text.trim().is_empty() {
+        return Err(bad(
+            "an empty rule drops nothing: give S:A-B (second S from the start, frames A to B) or every:N".into(),
+        ));
+    }
     let mut out = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         if let Some(n) = part.strip_prefix("every:") {
@@ -91,6 +99,57 @@ pub fn parse_drops(text: &str) -> Result<Vec<DropRule>, SendError> {
     Ok(out)
 }
 
+/// The options of a send as a user gives them (`vdifrec.Sender(...)`, `vdifrec send`).
+/// `Default` is the one place each default is written (Python: `vdifrec.defaults["sender"]`,
+/// the signal's under `"signal"`); `SendConfig::from_options` makes every check.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SendOptions {
+    /// Where to: `HOST:PORT` (`[::1]:PORT` for IPv6; `localhost` is 127.0.0.1).
+    pub to: String,
+    /// Seconds of data to send.
+    pub duration: Option<f64>,
+    /// Frames to send (all threads).
+    pub frames: Option<i64>,
+    /// Prepend an 8-byte packet sequence number.
+    pub psn: bool,
+    /// Frames to leave out: `S:A-B` (second S from the start, frames A..B), `every:N`.
+    pub drop: Option<String>,
+    /// Swap every N-th frame with the next.
+    pub reorder: Option<i64>,
+    /// Stray datagrams of random size and content to mix in.
+    pub garbage: i64,
+    /// Replay this VDIF file instead of generating.
+    pub file: Option<PathBuf>,
+    /// Write exactly the frames sent to this file.
+    pub record_sent: Option<PathBuf>,
+    /// Frame sets in the payload pool.
+    pub pool: i64,
+    /// Pin the sender to this CPU.
+    pub cpu: Option<i64>,
+    /// The synthetic signal (frame size, rate, channels, bits, tone, ...).
+    pub signal: SignalSpec,
+}
+
+impl Default for SendOptions {
+    fn default() -> Self {
+        SendOptions {
+            to: String::new(),
+            duration: None,
+            frames: None,
+            psn: false,
+            drop: None,
+            reorder: None,
+            garbage: 0,
+            file: None,
+            record_sent: None,
+            pool: 1024,
+            cpu: None,
+            signal: SignalSpec::default(),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct SendConfig {
     pub to: SocketAddr,
@@ -114,22 +173,131 @@ pub struct SendConfig {
 }
 
 impl SendConfig {
+    /// A send of `spec` to `to`, bounded by nothing yet (set `duration` or `frames`).
     pub fn new(to: SocketAddr, spec: SignalSpec) -> SendConfig {
+        let d = SendOptions::default();
         SendConfig {
             to,
             spec,
             duration: None,
             frames: None,
-            psn: false,
+            psn: d.psn,
             drops: Vec::new(),
             reorder: None,
             garbage: 0,
             file: None,
             record_sent: None,
-            pool: 1024,
+            pool: d.pool as usize,
             cpu: None,
         }
     }
+
+    /// Checks every option (the signal's too) and builds the configuration; opens nothing.
+    pub fn from_options(o: &SendOptions) -> Result<SendConfig, ArgError> {
+        let to = address("to", &o.to)?;
+        if let Some(d) = o.duration {
+            if !(d.is_finite() && d > 0.0) {
+                return Err(ArgError::new(
+                    "duration",
+                    format!("{d} is not a positive number of seconds"),
+                ));
+            }
+        }
+        let frames = o
+            .frames
+            .map(|n| in_range("frames", n, 1, i64::MAX, ""))
+            .transpose()?;
+        if o.duration.is_none() && frames.is_none() && o.file.is_none() {
+            return Err(ArgError::new(
+                "duration",
+                "give duration or frames (or a file to replay) to bound what is sent",
+            ));
+        }
+        let drops = match &o.drop {
+            Some(d) => parse_drops(d).map_err(|e| match e {
+                SendError::BadArgument { why, .. } => ArgError::new("drop", why),
+                other => ArgError::new("drop", other.to_string()),
+            })?,
+            None => Vec::new(),
+        };
+        // A frame travels in one datagram (after the PSN, if any).
+        let most = 65_507 - if o.psn { 8 } else { 0 };
+        if o.file.is_none() && o.signal.frame_size > most {
+            return Err(ArgError::new(
+                "frame_size",
+                format!(
+                    "{} bytes does not fit one UDP datagram: give at most {most}",
+                    o.signal.frame_size
+                ),
+            ));
+        }
+        if let Some(p) = &o.record_sent {
+            if p.as_os_str().is_empty() {
+                return Err(ArgError::new("record_sent", "an empty path names no file"));
+            }
+        }
+        o.signal.template().map_err(|e| match e {
+            GenerateError::BadArgument { name, value, why } => {
+                ArgError::new(name, format!("{value} is out of range: {why}"))
+            }
+            GenerateError::Invalid { name, why } => ArgError::new(name, why),
+            GenerateError::ToneOutsideBand { .. } => {
+                let text = e.to_string();
+                ArgError::new("tone_mhz", text.trim_start_matches("tone_mhz: "))
+            }
+            other => ArgError::new("signal", other.to_string()),
+        })?;
+        Ok(SendConfig {
+            to,
+            spec: o.signal.clone(),
+            duration: o.duration,
+            frames,
+            psn: o.psn,
+            drops,
+            reorder: o
+                .reorder
+                .map(|n| {
+                    in_range(
+                        "reorder",
+                        n,
+                        1,
+                        i64::MAX,
+                        "every N-th frame is swapped with the next",
+                    )
+                })
+                .transpose()?,
+            garbage: in_range(
+                "garbage",
+                o.garbage,
+                0,
+                i64::MAX,
+                "stray datagrams to mix in",
+            )?,
+            file: o.file.clone(),
+            record_sent: o.record_sent.clone(),
+            pool: in_range("pool", o.pool, 1, 1 << 20, "frame sets in the payload pool")? as usize,
+            cpu: o
+                .cpu
+                .map(|c| in_range("cpu", c, 0, 4095, "a CPU number").map(|c| c as usize))
+                .transpose()?,
+        })
+    }
+}
+
+/// `HOST:PORT` (`[::1]:PORT` for IPv6, `localhost` for 127.0.0.1) with a port to send to.
+pub fn address(name: &str, text: &str) -> Result<SocketAddr, ArgError> {
+    let bad = || {
+        ArgError::new(
+            name,
+            format!("expected HOST:PORT such as 127.0.0.1:46227, got {text:?}"),
+        )
+    };
+    let (host, port) = text.trim().rsplit_once(':').ok_or_else(bad)?;
+    let port: i64 = port.parse().map_err(|_| bad())?;
+    let port = in_range(name, port, 1, 65_535, "the receiver's UDP port")? as u16;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let host = if host.is_empty() { "127.0.0.1" } else { host };
+    Ok(SocketAddr::new(crate::options::ip(name, host)?, port))
 }
 
 /// What a send did.
@@ -243,7 +411,7 @@ pub fn verify_recording(
     let fs = spec.frame_size;
     let mut v = Verification::default();
     let mut last_set: Vec<Option<u64>> = vec![None; spec.threads as usize];
-    let direct = crate::readback::for_each_frame(path, fs, |i, frame| {
+    let direct = crate::tools::readback::for_each_frame(path, fs, |i, frame| {
         v.frames += 1;
         let set = (frame.len() == fs)
             .then(|| Header::parse_unchecked(frame).ok())
@@ -269,7 +437,7 @@ pub fn verify_recording(
             }
         }
     })
-    .map_err(|e| SendError::Replay {
+    .map_err(|e| SendError::Verify {
         path: path.to_path_buf(),
         why: e.to_string(),
     })?;
@@ -367,14 +535,15 @@ struct Job {
 impl Job {
     fn prepare(mut cfg: SendConfig) -> Result<Job, SendError> {
         let bad = |name, why: String| SendError::BadArgument { name, why };
-        // Like a real source, start at a whole second of the clock: the next one.
+        // Like a real source, start at a whole second of the clock: the next one (unless a
+        // start was given, which is sent at once).
         let mut start_at = None;
-        if cfg.spec.start.is_none() && cfg.file.is_none() {
+        if cfg.spec.start_second.is_none() && cfg.file.is_none() {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default();
             let next = now.as_secs() + 1;
-            cfg.spec.start = Some(crate::vdif::time::epoch_and_seconds(next as i64));
+            cfg.spec = cfg.spec.starting(cfg.spec.start_at(next as i64));
             start_at = Some(Instant::now() + (Duration::from_secs(next) - now));
         }
         if cfg.pool == 0 {
@@ -444,7 +613,7 @@ impl Job {
         if total == u64::MAX {
             return Err(bad(
                 "duration",
-                "give --duration or --frames (or --file) to bound what is sent".into(),
+                "give duration or frames (or a file to replay) to bound what is sent".into(),
             ));
         }
         let domain = if cfg.to.is_ipv6() {
@@ -483,211 +652,203 @@ impl Job {
         if let Some(cpu) = self.cfg.cpu {
             crate::affinity::pin_current("sender", cpu);
         }
-        let fs = self.frame_size;
-        let (per_second, threads, fps, first_header) = match &self.source {
-            Source::Pool(p) => (
-                p.fps as f64 * p.threads as f64,
-                p.threads,
-                p.fps,
-                p.template,
-            ),
-            Source::Replay { map, .. } => (
-                self.cfg.spec.fps as f64,
-                1,
-                self.cfg.spec.fps,
-                Header::parse_unchecked(map).expect("checked in prepare"),
-            ),
-        };
+        let stream = self.stream();
         let mut sum = SendSummary {
-            frame_size: fs,
-            frames_per_second: fps,
-            threads,
-            ref_epoch: first_header.ref_epoch(),
-            start_second: first_header.seconds(),
+            frame_size: self.frame_size,
+            frames_per_second: stream.fps,
+            threads: stream.threads,
+            ref_epoch: stream.first.ref_epoch(),
+            start_second: stream.first.seconds(),
             ..Default::default()
         };
-        // The order frames are sent in: sequence numbers, with drops removed and swaps done.
-        let garbage_every = if self.cfg.garbage > 0 {
-            (self.total / (self.cfg.garbage + 1)).max(1)
-        } else {
-            u64::MAX
-        };
-        let mut rng = crate::generate::Rng::new(self.cfg.spec.seed ^ 0x5eed_6a7b);
-        // A batch can run two past SEND_BATCH: a stray datagram and a swapped frame.
-        let mut headers = vec![[0u8; 32]; SEND_BATCH + 2];
-        let mut psns = vec![[0u8; 8]; SEND_BATCH + 2];
-        let mut garbage_buf = vec![0u8; 9000];
+        let mut schedule = Schedule::new(self.total, self.cfg.garbage);
+        let mut bufs = Buffers::new(self.cfg.spec.seed);
         if let Some(t) = self.start_at {
             while Instant::now() < t && !stop.load(Ordering::Acquire) {
                 std::thread::sleep((t - Instant::now()).min(Duration::from_millis(20)));
             }
         }
         let started = Instant::now();
-        let mut j: u64 = 0; // position in the sequence
-        let mut pending_swap: Option<u64> = None;
-        let mut garbage_left = self.cfg.garbage;
-        while j < self.total || pending_swap.is_some() {
+        while !schedule.done() {
             if stop.load(Ordering::Acquire) {
                 sum.stopped_early = true;
                 break;
             }
-            // Collect a batch of sequence numbers to send.
-            let mut batch: Vec<Item> = Vec::with_capacity(SEND_BATCH);
-            while batch.len() < SEND_BATCH && (j < self.total || pending_swap.is_some()) {
-                if j >= self.total {
-                    batch.push(Item::Frame(pending_swap.take().expect("pending")));
-                    continue;
-                }
-                let k = j;
-                j += 1;
-                if garbage_left > 0 && k > 0 && k % garbage_every == 0 {
-                    batch.push(Item::Garbage);
-                    garbage_left -= 1;
-                }
-                if self.dropped(k, &first_header, fps, threads) {
-                    sum.frames_dropped += 1;
-                    continue;
-                }
-                if let Some(n) = self.cfg.reorder {
-                    if (k + 1) % n == 0 && pending_swap.is_none() && k + 1 < self.total {
-                        pending_swap = Some(k);
-                        sum.frames_reordered += 1;
-                        continue;
-                    }
-                }
-                batch.push(Item::Frame(k));
-                if let Some(p) = pending_swap.take() {
-                    batch.push(Item::Frame(p));
-                }
-            }
+            let batch = self.schedule(&mut schedule, &stream, &mut sum);
             // Pace: the batch's first frame is due at its place in the sequence.
-            let due = started
-                + Duration::from_secs_f64(j.saturating_sub(batch.len() as u64) as f64 / per_second);
-            wait_until(due);
-            // Gather the datagrams.
-            let mut iov: Vec<[libc::iovec; 3]> = Vec::with_capacity(batch.len());
-            let mut counts = Vec::with_capacity(batch.len());
-            let mut psn_of = Vec::with_capacity(batch.len());
-            for (i, item) in batch.iter().enumerate() {
-                match *item {
-                    Item::Garbage => {
-                        let len = (rng.next_u64() % 9000) as usize;
-                        for b in garbage_buf[..len].chunks_mut(8) {
-                            let r = rng.next_u64().to_le_bytes();
-                            b.copy_from_slice(&r[..b.len()]);
-                        }
-                        iov.push([
-                            libc::iovec {
-                                iov_base: garbage_buf.as_mut_ptr() as *mut libc::c_void,
-                                iov_len: len,
-                            },
-                            empty_iov(),
-                            empty_iov(),
-                        ]);
-                        counts.push(1);
-                        psn_of.push(None);
-                    }
-                    Item::Frame(k) => {
-                        let (hdr_bytes, payload) = self.frame_parts(k, &mut headers[i]);
-                        let mut v = [empty_iov(), empty_iov(), empty_iov()];
-                        let mut n = 0;
-                        // The PSN is the frame's place in the sequence: a dropped frame leaves a
-                        // gap, a swapped one arrives out of order, as on a real network.
-                        if self.cfg.psn {
-                            psns[i] = k.to_le_bytes();
-                            v[n] = libc::iovec {
-                                iov_base: psns[i].as_mut_ptr() as *mut libc::c_void,
-                                iov_len: 8,
-                            };
-                            n += 1;
-                        }
-                        v[n] = libc::iovec {
-                            iov_base: hdr_bytes as *mut libc::c_void,
-                            iov_len: 32,
-                        };
-                        v[n + 1] = libc::iovec {
-                            iov_base: payload as *mut libc::c_void,
-                            iov_len: fs - 32,
-                        };
-                        iov.push(v);
-                        counts.push(n + 2);
-                        psn_of.push(Some(k));
-                    }
-                }
-            }
-            let mut msgs: Vec<libc::mmsghdr> = iov
-                .iter_mut()
-                .zip(&counts)
-                .map(|(v, n)| {
-                    // SAFETY: zeroed mmsghdr is a valid empty value; fields set below.
-                    let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                    m.msg_hdr.msg_iov = v.as_mut_ptr();
-                    m.msg_hdr.msg_iovlen = *n;
-                    m
-                })
-                .collect();
-            let mut at = 0;
-            while at < msgs.len() {
-                // SAFETY: the messages point at buffers alive for this call.
-                let rc = unsafe {
-                    libc::sendmmsg(
-                        self.socket.as_raw_fd(),
-                        msgs[at..].as_mut_ptr(),
-                        (msgs.len() - at) as libc::c_uint,
-                        0,
-                    )
-                };
-                if rc < 0 {
-                    let e = std::io::Error::last_os_error();
-                    match e.raw_os_error() {
-                        Some(libc::ECONNREFUSED) => {
-                            // Nobody listening: this datagram is not sent; count it and go on.
-                            sum.refused += 1;
-                            at += 1;
-                        }
-                        Some(libc::ENOBUFS) | Some(libc::EAGAIN) | Some(libc::EINTR) => {
-                            std::thread::sleep(Duration::from_micros(50));
-                        }
-                        _ => {
-                            sum.send_errors += 1;
-                            at += 1;
-                        }
-                    }
-                    continue;
-                }
-                for idx in at..at + rc as usize {
-                    let bytes: usize = iov[idx][..counts[idx]].iter().map(|v| v.iov_len).sum();
-                    sum.bytes_sent += bytes as u64;
-                    match psn_of[idx] {
-                        Some(_) => {
-                            sum.frames_sent += 1;
-                            if let Some(w) = self.record.as_mut() {
-                                let v = &iov[idx];
-                                let skip = usize::from(self.cfg.psn);
-                                for part in &v[skip..counts[idx]] {
-                                    // SAFETY: the iovec points at a live header or payload.
-                                    let s = unsafe {
-                                        std::slice::from_raw_parts(
-                                            part.iov_base as *const u8,
-                                            part.iov_len,
-                                        )
-                                    };
-                                    w.write_all(s).map_err(|e| format!("--record-sent: {e}"))?;
-                                }
-                            }
-                        }
-                        None => sum.garbage_sent += 1,
-                    }
-                }
-                at += rc as usize;
-            }
+            let first = schedule.next.saturating_sub(batch.len() as u64);
+            wait_until(started + Duration::from_secs_f64(first as f64 / stream.per_second));
+            let mut datagrams = self.gather(&batch, &mut bufs);
+            self.transmit(&mut datagrams, &mut sum)?;
         }
         if let Some(mut w) = self.record.take() {
-            w.flush().map_err(|e| format!("--record-sent: {e}"))?;
+            w.flush().map_err(|e| format!("record_sent: {e}"))?;
         }
         sum.duration_s = started.elapsed().as_secs_f64();
         sum.gbps = sum.bytes_sent as f64 * 8.0 / sum.duration_s.max(1e-9) / 1e9;
         Ok(sum)
+    }
+
+    /// The stream's rate, threads and first header.
+    fn stream(&self) -> Stream {
+        match &self.source {
+            Source::Pool(p) => Stream {
+                per_second: p.fps as f64 * p.threads as f64,
+                threads: p.threads,
+                fps: p.fps,
+                first: p.template,
+            },
+            Source::Replay { map, .. } => Stream {
+                per_second: self.cfg.spec.fps as f64,
+                threads: 1,
+                fps: self.cfg.spec.fps,
+                first: Header::parse_unchecked(map).expect("checked in prepare"),
+            },
+        }
+    }
+
+    /// The next batch in sending order: sequence numbers with drops left out, swaps done and
+    /// stray datagrams mixed in.
+    fn schedule(&self, s: &mut Schedule, stream: &Stream, sum: &mut SendSummary) -> Vec<Item> {
+        let mut batch: Vec<Item> = Vec::with_capacity(SEND_BATCH + 2);
+        while batch.len() < SEND_BATCH && !s.done() {
+            if s.next >= s.total {
+                batch.push(Item::Frame(s.pending_swap.take().expect("pending")));
+                continue;
+            }
+            let k = s.next;
+            s.next += 1;
+            if s.garbage_left > 0 && k > 0 && k % s.garbage_every == 0 {
+                batch.push(Item::Garbage);
+                s.garbage_left -= 1;
+            }
+            if self.dropped(k, &stream.first, stream.fps, stream.threads) {
+                sum.frames_dropped += 1;
+                continue;
+            }
+            if let Some(n) = self.cfg.reorder {
+                if (k + 1) % n == 0 && s.pending_swap.is_none() && k + 1 < s.total {
+                    s.pending_swap = Some(k);
+                    sum.frames_reordered += 1;
+                    continue;
+                }
+            }
+            batch.push(Item::Frame(k));
+            if let Some(p) = s.pending_swap.take() {
+                batch.push(Item::Frame(p));
+            }
+        }
+        batch
+    }
+
+    /// The batch's datagrams as iovecs: [PSN], header, payload of each frame (the payload
+    /// straight from the pool or the replayed file), or random bytes for a stray datagram.
+    fn gather(&self, batch: &[Item], bufs: &mut Buffers) -> Datagrams {
+        let mut d = Datagrams {
+            iov: Vec::with_capacity(batch.len()),
+            parts: Vec::with_capacity(batch.len()),
+            is_frame: Vec::with_capacity(batch.len()),
+        };
+        let payload_len = self.frame_size - 32;
+        for (i, item) in batch.iter().enumerate() {
+            let mut v = [empty_iov(), empty_iov(), empty_iov()];
+            let mut n = 0;
+            match *item {
+                Item::Garbage => {
+                    let len = (bufs.rng.next_u64() % 9000) as usize;
+                    for b in bufs.garbage[..len].chunks_mut(8) {
+                        let r = bufs.rng.next_u64().to_le_bytes();
+                        b.copy_from_slice(&r[..b.len()]);
+                    }
+                    v[0] = iovec(bufs.garbage.as_ptr(), len);
+                    n = 1;
+                }
+                Item::Frame(k) => {
+                    let (hdr, payload) = self.frame_parts(k, &mut bufs.headers[i]);
+                    // The PSN is the frame's place in the sequence: a dropped frame leaves a
+                    // gap, a swapped one arrives out of order, as on a real network.
+                    if self.cfg.psn {
+                        bufs.psns[i] = k.to_le_bytes();
+                        v[n] = iovec(bufs.psns[i].as_ptr(), 8);
+                        n += 1;
+                    }
+                    v[n] = iovec(hdr, 32);
+                    v[n + 1] = iovec(payload, payload_len);
+                    n += 2;
+                }
+            }
+            d.iov.push(v);
+            d.parts.push(n);
+            d.is_frame.push(matches!(item, Item::Frame(_)));
+        }
+        d
+    }
+
+    /// Hands the datagrams to the kernel (a refused one is counted and skipped) and writes
+    /// the frames sent to `record_sent`.
+    fn transmit(&mut self, d: &mut Datagrams, sum: &mut SendSummary) -> Result<(), String> {
+        let mut msgs: Vec<libc::mmsghdr> = d
+            .iov
+            .iter_mut()
+            .zip(&d.parts)
+            .map(|(v, n)| {
+                // SAFETY: zeroed mmsghdr is a valid empty value; fields set below.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = v.as_mut_ptr();
+                m.msg_hdr.msg_iovlen = *n;
+                m
+            })
+            .collect();
+        let mut at = 0;
+        while at < msgs.len() {
+            // SAFETY: the messages point at buffers alive for this call.
+            let rc = unsafe {
+                libc::sendmmsg(
+                    self.socket.as_raw_fd(),
+                    msgs[at..].as_mut_ptr(),
+                    (msgs.len() - at) as libc::c_uint,
+                    0,
+                )
+            };
+            if rc < 0 {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::ECONNREFUSED) => {
+                        // Nobody listening: this datagram is not sent; count it and go on.
+                        sum.refused += 1;
+                        at += 1;
+                    }
+                    Some(libc::ENOBUFS) | Some(libc::EAGAIN) | Some(libc::EINTR) => {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                    _ => {
+                        sum.send_errors += 1;
+                        at += 1;
+                    }
+                }
+                continue;
+            }
+            for idx in at..at + rc as usize {
+                let parts = &d.iov[idx][..d.parts[idx]];
+                sum.bytes_sent += parts.iter().map(|v| v.iov_len as u64).sum::<u64>();
+                if !d.is_frame[idx] {
+                    sum.garbage_sent += 1;
+                    continue;
+                }
+                sum.frames_sent += 1;
+                if let Some(w) = self.record.as_mut() {
+                    for part in &parts[usize::from(self.cfg.psn)..] {
+                        // SAFETY: the iovec points at a live header or payload.
+                        let s = unsafe {
+                            std::slice::from_raw_parts(part.iov_base as *const u8, part.iov_len)
+                        };
+                        w.write_all(s).map_err(|e| format!("record_sent: {e}"))?;
+                    }
+                }
+            }
+            at += rc as usize;
+        }
+        Ok(())
     }
 
     /// Whether frame `k` of the sequence is to be dropped.
@@ -730,6 +891,80 @@ impl Job {
 enum Item {
     Frame(u64),
     Garbage,
+}
+
+/// The stream being sent: frames per second in all, threads, frames per second per thread,
+/// the first frame's header.
+struct Stream {
+    per_second: f64,
+    threads: u32,
+    fps: u32,
+    first: Header,
+}
+
+/// Where the sending order stands.
+struct Schedule {
+    /// The next position in the sequence.
+    next: u64,
+    total: u64,
+    /// A frame held back to be sent after the next one (reordering).
+    pending_swap: Option<u64>,
+    garbage_left: u64,
+    garbage_every: u64,
+}
+
+impl Schedule {
+    fn new(total: u64, garbage: u64) -> Schedule {
+        Schedule {
+            next: 0,
+            total,
+            pending_swap: None,
+            garbage_left: garbage,
+            garbage_every: if garbage > 0 {
+                (total / (garbage + 1)).max(1)
+            } else {
+                u64::MAX
+            },
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.next >= self.total && self.pending_swap.is_none()
+    }
+}
+
+/// Buffers a batch's datagrams point into, made once.
+struct Buffers {
+    // A batch can run two past SEND_BATCH: a stray datagram and a swapped frame.
+    headers: Vec<[u8; 32]>,
+    psns: Vec<[u8; 8]>,
+    garbage: Vec<u8>,
+    rng: crate::tools::generate::Rng,
+}
+
+impl Buffers {
+    fn new(seed: u64) -> Buffers {
+        Buffers {
+            headers: vec![[0u8; 32]; SEND_BATCH + 2],
+            psns: vec![[0u8; 8]; SEND_BATCH + 2],
+            garbage: vec![0u8; 9000],
+            rng: crate::tools::generate::Rng::new(seed ^ 0x5eed_6a7b),
+        }
+    }
+}
+
+/// One batch ready for sendmmsg: up to three iovecs per datagram.
+struct Datagrams {
+    iov: Vec<[libc::iovec; 3]>,
+    parts: Vec<usize>,
+    is_frame: Vec<bool>,
+}
+
+fn iovec(base: *const u8, len: usize) -> libc::iovec {
+    libc::iovec {
+        iov_base: base as *mut libc::c_void,
+        iov_len: len,
+    }
 }
 
 fn empty_iov() -> libc::iovec {

@@ -1,0 +1,12 @@
+//! What a scientist checks in a recording: spectra (m5spec's way), fringes between inputs,
+//! test tones, bit-state statistics, and the whole-file integrity check.
+//!
+//! Uses `vdif` for frames and samples, and `record::accounting` / `record::classify` for the
+//! check, so that a file and a live recording are counted by the same code. The record stage
+//! never uses this one (a live monitor would be handed these functions by its caller).
+
+pub mod bstate;
+pub mod check;
+pub mod fringe;
+pub mod spectrum;
+pub mod tones;

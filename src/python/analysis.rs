@@ -1,0 +1,329 @@
+//! The checks a scientist runs: spectra and fringes of arrays or live views, tones, bit
+//! states, and the whole-file check.
+
+use super::errors::{check_err, decode_err, header_err, spectrum_err};
+use super::to_json;
+use crate::analysis::check::{check_file, CheckOptions};
+use crate::analysis::fringe::{CrossAccumulator, Fringe};
+use crate::analysis::spectrum::{FrameLayout, FrameRows, FrameSource, SpectrumAccumulator};
+use crate::vdif::decode::DecodeError;
+use crate::vdif::header::Header as CoreHeader;
+use numpy::{PyArray1, PyArray2, PyReadonlyArray2};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+fn flat<'a>(a: &'a numpy::PyReadonlyArray1<'_, f32>) -> PyResult<&'a [f32]> {
+    a.as_slice()
+        .map_err(|_| PyValueError::new_err("samples must be a C-contiguous float32 array"))
+}
+
+/// Averaged power spectra (wrapped by `vdifrec.spectrum`).
+#[pyclass(module = "vdifrec._core", name = "SpectrumAccumulator")]
+pub struct PySpectrumAccumulator {
+    inner: SpectrumAccumulator,
+    inputs: usize,
+    nfft: usize,
+}
+
+#[pymethods]
+impl PySpectrumAccumulator {
+    #[new]
+    fn new(nfft: usize, inputs: usize, complex: bool) -> PyResult<Self> {
+        let inner = SpectrumAccumulator::new(nfft, inputs, complex).map_err(spectrum_err)?;
+        Ok(PySpectrumAccumulator {
+            inner,
+            inputs,
+            nfft,
+        })
+    }
+
+    #[getter]
+    fn segment_len(&self) -> usize {
+        self.inner.segment_len()
+    }
+
+    #[getter]
+    fn segments(&self) -> u64 {
+        self.inner.segments()
+    }
+
+    /// Adds the whole FFT segments among `n_samples` samples of `x` (flat float32, layout
+    /// time, input, value); returns the samples used.
+    #[pyo3(signature = (x, n_samples, max_segments=None))]
+    fn add(
+        &mut self,
+        py: Python<'_>,
+        x: numpy::PyReadonlyArray1<'_, f32>,
+        n_samples: usize,
+        max_segments: Option<u64>,
+    ) -> PyResult<usize> {
+        let data = flat(&x)?;
+        let inner = &mut self.inner;
+        Ok(py.detach(|| inner.add(data, n_samples, max_segments)))
+    }
+
+    /// Mean power, shape (inputs, nfft), ascending frequency.
+    fn power<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f64>>> {
+        let p = self.inner.power();
+        let arr = numpy::ndarray::Array2::from_shape_vec((self.inputs, self.nfft), p)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(numpy::IntoPyArray::into_pyarray(arr, py))
+    }
+}
+
+/// Cross-correlation of two streams (wrapped by `vdifrec.fringe`).
+#[pyclass(module = "vdifrec._core", name = "CrossAccumulator")]
+pub struct PyCrossAccumulator {
+    inner: CrossAccumulator,
+}
+
+#[pymethods]
+impl PyCrossAccumulator {
+    #[new]
+    fn new(nfft: usize, complex: bool) -> PyResult<Self> {
+        Ok(PyCrossAccumulator {
+            inner: CrossAccumulator::new(nfft, complex).map_err(spectrum_err)?,
+        })
+    }
+
+    #[getter]
+    fn segment_len(&self) -> usize {
+        self.inner.segment_len()
+    }
+
+    /// Adds whole segments: sample n of a at a[a_off + n*a_row] (re, im for complex); b alike.
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        py: Python<'_>,
+        a: numpy::PyReadonlyArray1<'_, f32>,
+        a_off: usize,
+        a_row: usize,
+        b: numpy::PyReadonlyArray1<'_, f32>,
+        b_off: usize,
+        b_row: usize,
+        n_samples: usize,
+    ) -> PyResult<usize> {
+        let (a, b) = (flat(&a)?, flat(&b)?);
+        let inner = &mut self.inner;
+        Ok(py.detach(|| inner.add(a, a_off, a_row, b, b_off, b_row, n_samples)))
+    }
+
+    /// (delay_samples, amplitude, phase, snr, lags, lag_amplitude, cross_spectrum re/im (n, 2), segments)
+    fn fringe<'py>(&self, py: Python<'py>) -> PyResult<FringeTuple<'py>> {
+        let inner = &self.inner;
+        let f = py.detach(|| inner.fringe()).map_err(spectrum_err)?;
+        fringe_tuple(py, f)
+    }
+}
+
+pub(crate) type FringeTuple<'py> = (
+    i64,
+    f64,
+    f64,
+    f64,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray2<f64>>,
+    u64,
+);
+
+pub(crate) fn fringe_tuple(py: Python<'_>, f: Fringe) -> PyResult<FringeTuple<'_>> {
+    let cross: Vec<f64> = f
+        .cross_spectrum
+        .iter()
+        .flat_map(|(r, i)| [*r, *i])
+        .collect();
+    let n = f.cross_spectrum.len();
+    let cross = numpy::ndarray::Array2::from_shape_vec((n, 2), cross)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok((
+        f.delay_samples,
+        f.amplitude,
+        f.phase,
+        f.snr,
+        PyArray1::from_vec(py, f.lags),
+        PyArray1::from_vec(py, f.lag_amplitude),
+        numpy::IntoPyArray::into_pyarray(cross, py),
+        f.segments,
+    ))
+}
+
+pub(crate) fn layout_of(h: &CoreHeader) -> PyResult<FrameLayout> {
+    FrameLayout::new(
+        h.samples_per_frame(),
+        h.nchan() as usize,
+        h.bits(),
+        h.is_complex(),
+    )
+    .map_err(decode_err)
+}
+
+pub(crate) fn power_array<'py>(
+    py: Python<'py>,
+    acc: &SpectrumAccumulator,
+    inputs: usize,
+    nfft: usize,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let arr = numpy::ndarray::Array2::from_shape_vec((inputs, nfft), acc.power())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(numpy::IntoPyArray::into_pyarray(arr, py))
+}
+
+/// Groups rows of whole frames by thread: the frame source, the thread ids and the header.
+fn frame_rows<'a>(rows: &'a [&'a [u8]]) -> PyResult<(FrameRows<'a>, Vec<u32>, CoreHeader)> {
+    let first = rows
+        .first()
+        .ok_or_else(|| PyValueError::new_err("frames is empty: nothing to analyse"))?;
+    let h = CoreHeader::parse_unchecked(first).map_err(header_err)?;
+    let (src, ids) = FrameRows::new(rows, h.header_size());
+    Ok((src, ids, h))
+}
+
+fn rows_of<'a>(frames: &'a PyReadonlyArray2<'_, u8>) -> PyResult<Vec<&'a [u8]>> {
+    use numpy::PyUntypedArrayMethods;
+    let fs = frames.shape()[1].max(1);
+    let data = frames.as_slice().map_err(|_| {
+        PyValueError::new_err("frames must be a C-contiguous (n, frame_size) array")
+    })?;
+    Ok(data.chunks_exact(fs).collect())
+}
+
+/// Spectra of whole frames (a live view): (power (inputs, nfft), segments, thread ids).
+#[pyfunction]
+#[pyo3(signature = (frames, nfft, nint=None))]
+fn spectrum_frames<'py>(
+    py: Python<'py>,
+    frames: PyReadonlyArray2<'_, u8>,
+    nfft: usize,
+    nint: Option<u64>,
+) -> PyResult<(Bound<'py, PyArray2<f64>>, u64, Vec<u32>)> {
+    let rows = rows_of(&frames)?;
+    let (src, ids, h) = frame_rows(&rows)?;
+    let layout = layout_of(&h)?;
+    let inputs = ids.len() * layout.nchan;
+    let mut acc = SpectrumAccumulator::new(nfft, inputs, layout.complex).map_err(spectrum_err)?;
+    let segments = py.detach(|| acc.add_frames(&src, &layout, 0, nint));
+    Ok((power_array(py, &acc, inputs, nfft)?, segments, ids))
+}
+
+/// Fringe between input `ia` of frames `a` and input `ib` of `b` (or of `a` when b is None).
+#[pyfunction]
+#[pyo3(signature = (a, b, ia, ib, nfft, nint=None))]
+fn cross_frames<'py>(
+    py: Python<'py>,
+    a: PyReadonlyArray2<'_, u8>,
+    b: Option<PyReadonlyArray2<'_, u8>>,
+    ia: usize,
+    ib: usize,
+    nfft: usize,
+    nint: Option<u64>,
+) -> PyResult<FringeTuple<'py>> {
+    let rows_a = rows_of(&a)?;
+    let (src_a, _, ha) = frame_rows(&rows_a)?;
+    let la = layout_of(&ha)?;
+    let rows_b = b.as_ref().map(rows_of).transpose()?;
+    let parsed_b = rows_b.as_deref().map(frame_rows).transpose()?;
+    let lb = parsed_b
+        .as_ref()
+        .map(|(_, _, h)| layout_of(h))
+        .transpose()?;
+    let mut acc = CrossAccumulator::new(nfft, la.complex).map_err(spectrum_err)?;
+    let f = py
+        .detach(|| {
+            let other = parsed_b
+                .as_ref()
+                .zip(lb.as_ref())
+                .map(|((src, _, _), l)| (src as &dyn FrameSource, l, ib));
+            acc.add_frames((&src_a, &la, ia), other, ib, 0, nint);
+            acc.fringe()
+        })
+        .map_err(spectrum_err)?;
+    fringe_tuple(py, f)
+}
+
+/// Tones in one spectrum: [(channel (fractional), power over the median)], strongest first.
+#[pyfunction]
+fn find_tones(
+    power: numpy::PyReadonlyArray1<'_, f64>,
+    threshold: f64,
+) -> PyResult<Vec<(f64, f64)>> {
+    let p = power
+        .as_slice()
+        .map_err(|_| PyValueError::new_err("power must be a contiguous float64 array"))?;
+    Ok(crate::analysis::tones::find_tones(p, threshold)
+        .into_iter()
+        .map(|t| (t.channel, t.power_ratio))
+        .collect())
+}
+
+/// State counts (nchan, 2^bits) of the payloads of `frames` (one thread's rows).
+#[pyfunction]
+fn bit_states<'py>(
+    py: Python<'py>,
+    frames: PyReadonlyArray2<'_, u8>,
+    header_size: usize,
+    bits: u32,
+    nchan: usize,
+    complex: bool,
+) -> PyResult<Bound<'py, PyArray2<u64>>> {
+    if !matches!(bits, 1 | 2 | 4 | 8) {
+        return Err(decode_err(DecodeError::UnsupportedBits(bits)));
+    }
+    let view = frames.as_array();
+    let fs = view.shape()[1];
+    if fs <= header_size {
+        return Err(PyValueError::new_err(
+            "frames are not longer than their header",
+        ));
+    }
+    let rows: Vec<&[u8]> = view
+        .rows()
+        .into_iter()
+        .map(|r| {
+            r.to_slice()
+                .map(|s| &s[header_size..])
+                .ok_or_else(|| PyValueError::new_err("frames must be C-contiguous rows"))
+        })
+        .collect::<PyResult<_>>()?;
+    let counts = py.detach(|| crate::analysis::bstate::bit_states(&rows, bits, nchan, complex));
+    let arr = numpy::ndarray::Array2::from_shape_vec((nchan, 1usize << bits), counts)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(numpy::IntoPyArray::into_pyarray(arr, py))
+}
+
+/// Checks a file (`options`: fps, frame_size); returns the report as JSON text.
+#[pyfunction]
+#[pyo3(signature = (path, options=None))]
+pub fn check(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    options: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let opts: CheckOptions = match options {
+        Some(o) => super::options_from(o)?,
+        None => CheckOptions::default(),
+    };
+    let report = py.detach(|| check_file(&path, &opts)).map_err(check_err)?;
+    to_json(&report)
+}
+
+/// Expected 2-bit state fractions for Gaussian input quantised at ±threshold σ.
+#[pyfunction]
+pub fn two_bit_state_fractions(threshold_sigma: f64) -> (f64, f64, f64, f64) {
+    let outer = crate::tools::generate::normal_cdf(-threshold_sigma);
+    (outer, 0.5 - outer, 0.5 - outer, outer)
+}
+
+/// Registers the analysis classes and functions on the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PySpectrumAccumulator>()?;
+    m.add_class::<PyCrossAccumulator>()?;
+    m.add_function(wrap_pyfunction!(find_tones, m)?)?;
+    m.add_function(wrap_pyfunction!(spectrum_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(cross_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(bit_states, m)?)?;
+    m.add_function(wrap_pyfunction!(check, m)?)?;
+    m.add_function(wrap_pyfunction!(two_bit_state_fractions, m)?)?;
+    Ok(())
+}

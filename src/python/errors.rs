@@ -1,0 +1,179 @@
+//! The exceptions vdifrec raises, and the one place each core error becomes one. They
+//! subclass Python's builtins, so `except ValueError` catches a bad argument and `except
+//! OSError` a file that cannot be opened.
+
+use crate::analysis::check::CheckError;
+use crate::analysis::spectrum::SpectrumError;
+use crate::options::ArgError;
+use crate::record::capture::udp::UdpError;
+use crate::record::recorder::RecordError;
+use crate::record::ring::RingError;
+use crate::tools::generate::GenerateError;
+use crate::tools::sender::SendError;
+use crate::vdif::decode::DecodeError;
+use crate::vdif::file::FileError;
+use crate::vdif::header::HeaderError as CoreHeaderError;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyIndexError, PyOSError, PyValueError};
+use pyo3::prelude::*;
+
+create_exception!(
+    vdifrec,
+    ArgumentError,
+    PyValueError,
+    "An option's value cannot be used. The message starts with the option's name (`ring: ...`)."
+);
+create_exception!(
+    vdifrec,
+    HeaderError,
+    PyValueError,
+    "A VDIF header is malformed or a field value does not fit."
+);
+create_exception!(
+    vdifrec,
+    FormatError,
+    PyValueError,
+    "A file is not readable as the VDIF stream it claims to be."
+);
+
+create_exception!(
+    vdifrec,
+    RecorderError,
+    pyo3::exceptions::PyRuntimeError,
+    "The recorder could not start or failed."
+);
+create_exception!(
+    vdifrec,
+    PortInUseError,
+    RecorderError,
+    "The UDP port is taken by another program."
+);
+create_exception!(
+    vdifrec,
+    OutputError,
+    RecorderError,
+    "The recording cannot be written where asked (exists, no directory, not writable)."
+);
+create_exception!(
+    vdifrec,
+    SenderError,
+    pyo3::exceptions::PyRuntimeError,
+    "The sender could not start or failed."
+);
+
+/// A bad option: an `ArgumentError` whose message starts with the parameter's name.
+pub fn arg_err(e: ArgError) -> PyErr {
+    ArgumentError::new_err(e.to_string())
+}
+
+pub fn record_err(e: RecordError) -> PyErr {
+    use crate::record::capture::{afpacket::AfPacketError, pfring::PfRingError};
+    match e {
+        RecordError::BadArgument(a) => arg_err(a),
+        RecordError::AfPacket(AfPacketError::NoInterface)
+        | RecordError::PfRing(PfRingError::NoInterface) => PyValueError::new_err(e.to_string()),
+        RecordError::Udp(UdpError::PortInUse { .. }) => PortInUseError::new_err(e.to_string()),
+        RecordError::Status { ref source, .. }
+            if source.kind() == std::io::ErrorKind::AddrInUse =>
+        {
+            PortInUseError::new_err(e.to_string())
+        }
+        // An address that is not this host's is a bad option, as a malformed one is.
+        RecordError::Udp(UdpError::NotLocal { .. }) => ArgumentError::new_err(e.to_string()),
+        RecordError::Status { ref source, .. }
+            if source.kind() == std::io::ErrorKind::AddrNotAvailable =>
+        {
+            ArgumentError::new_err(e.to_string())
+        }
+        RecordError::OutputExists(_)
+        | RecordError::NoDirectory { .. }
+        | RecordError::NotADirectory(_)
+        | RecordError::NotWritable { .. } => OutputError::new_err(e.to_string()),
+        _ => RecorderError::new_err(e.to_string()),
+    }
+}
+
+pub fn send_err(e: SendError) -> PyErr {
+    match &e {
+        // A bad option, or a file an option names that cannot be read or written.
+        SendError::BadArgument { .. }
+        | SendError::Generate(_)
+        | SendError::Replay { .. }
+        | SendError::RecordSent { .. } => ArgumentError::new_err(e.to_string()),
+        _ => SenderError::new_err(e.to_string()),
+    }
+}
+
+pub fn header_err(e: CoreHeaderError) -> PyErr {
+    HeaderError::new_err(e.to_string())
+}
+
+pub fn io_err(e: &std::io::Error, msg: String, path: &std::path::Path) -> PyErr {
+    PyOSError::new_err((
+        e.raw_os_error().unwrap_or(0),
+        msg,
+        path.display().to_string(),
+    ))
+}
+
+pub fn file_err(e: FileError) -> PyErr {
+    match &e {
+        FileError::Open { path, source } => io_err(source, e.to_string(), path),
+        FileError::BadSampleRate(_) => PyValueError::new_err(e.to_string()),
+        _ => FormatError::new_err(e.to_string()),
+    }
+}
+
+pub fn decode_err(e: DecodeError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+pub fn generate_err(e: GenerateError) -> PyErr {
+    match &e {
+        GenerateError::Write { source, path } => {
+            io_err(source, e.to_string(), std::path::Path::new(path))
+        }
+        _ => ArgumentError::new_err(e.to_string()),
+    }
+}
+
+pub fn check_err(e: CheckError) -> PyErr {
+    match e {
+        CheckError::Io {
+            ref path,
+            ref source,
+        } => io_err(source, e.to_string(), path),
+        CheckError::NoFrame { .. } => FormatError::new_err(e.to_string()),
+        CheckError::BadArgument(a) => arg_err(a),
+    }
+}
+
+pub fn spectrum_err(e: SpectrumError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+pub fn ring_err(e: RingError) -> PyErr {
+    match e {
+        RingError::NotInRing { .. } | RingError::ViewTooLarge { .. } => {
+            PyIndexError::new_err(e.to_string())
+        }
+        _ => RecorderError::new_err(e.to_string()),
+    }
+}
+
+pub fn json_err(e: serde_json::Error) -> PyErr {
+    PyValueError::new_err(format!("cannot serialise report: {e}"))
+}
+
+/// Registers the exceptions on the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("ArgumentError", py.get_type::<ArgumentError>())?;
+    m.add("HeaderError", py.get_type::<HeaderError>())?;
+    m.add("FormatError", py.get_type::<FormatError>())?;
+    m.add("RecorderError", py.get_type::<RecorderError>())?;
+    m.add("PortInUseError", py.get_type::<PortInUseError>())?;
+    m.add("OutputError", py.get_type::<OutputError>())?;
+    m.add("SenderError", py.get_type::<SenderError>())?;
+    Ok(())
+}

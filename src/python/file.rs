@@ -1,0 +1,217 @@
+//! `FileReader` (behind `vdifrec.open`): a memory-mapped VDIF file read and decoded in
+//! parallel, its spectra and fringes, its frames as a zero-copy array; and the decoding of
+//! frames from anywhere (a live view).
+
+use super::analysis::{fringe_tuple, layout_of, power_array, FringeTuple};
+use super::errors::{decode_err, file_err, spectrum_err};
+use super::header::PyHeader;
+use crate::analysis::fringe::CrossAccumulator;
+use crate::analysis::spectrum::{FrameSource, SpectrumAccumulator};
+use crate::vdif::decode::{DecodeError, Decoder};
+use crate::vdif::file::VdifFile;
+use numpy::ndarray::ArrayView2;
+use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+/// Memory-mapped VDIF file (wrapped by `vdifrec.open`).
+#[pyclass(module = "vdifrec._core", frozen)]
+pub struct FileReader {
+    file: VdifFile,
+}
+
+#[pymethods]
+impl FileReader {
+    #[new]
+    #[pyo3(signature = (path, sample_rate=None))]
+    fn new(py: Python<'_>, path: std::path::PathBuf, sample_rate: Option<f64>) -> PyResult<Self> {
+        let file = py
+            .detach(|| VdifFile::open(&path, sample_rate))
+            .map_err(file_err)?;
+        Ok(FileReader { file })
+    }
+
+    #[getter]
+    fn header0(&self) -> PyHeader {
+        PyHeader {
+            inner: self.file.info().header0,
+        }
+    }
+    #[getter]
+    fn thread_ids(&self) -> Vec<u32> {
+        self.file.info().thread_ids.clone()
+    }
+    #[getter]
+    fn samples_per_frame(&self) -> usize {
+        self.file.info().samples_per_frame
+    }
+    #[getter]
+    fn sample_rate(&self) -> f64 {
+        self.file.info().sample_rate
+    }
+    #[getter]
+    fn sample_rate_source(&self) -> &'static str {
+        self.file.info().sample_rate_source
+    }
+    #[getter]
+    fn frame_rate(&self) -> f64 {
+        self.file.info().frame_rate
+    }
+    #[getter]
+    fn n_samples(&self) -> usize {
+        self.file.info().n_samples()
+    }
+    #[getter]
+    fn n_frames(&self) -> usize {
+        self.file.info().n_frames
+    }
+    #[getter]
+    fn frame_size(&self) -> usize {
+        self.file.info().frame_size
+    }
+    #[getter]
+    fn values_per_sample(&self) -> usize {
+        self.file.info().values_per_sample()
+    }
+
+    /// Decodes `count` samples from `start` into the float32 array `out` (flat, C order).
+    fn read_into(
+        &self,
+        py: Python<'_>,
+        start: usize,
+        count: usize,
+        out: &Bound<'_, PyArray1<f32>>,
+    ) -> PyResult<()> {
+        let mut rw = out.readwrite();
+        let slice = rw
+            .as_slice_mut()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        py.detach(|| self.file.read_parallel(start, count, slice))
+            .map_err(file_err)
+    }
+
+    /// Spectra of every input from sample `start`: (power (inputs, nfft), segments).
+    #[pyo3(signature = (nfft, start=0, nint=None))]
+    fn spectrum<'py>(
+        &self,
+        py: Python<'py>,
+        nfft: usize,
+        start: usize,
+        nint: Option<u64>,
+    ) -> PyResult<(Bound<'py, PyArray2<f64>>, u64)> {
+        let info = self.file.info();
+        let layout = layout_of(&info.header0)?;
+        let inputs = info.thread_ids.len() * layout.nchan;
+        let mut acc =
+            SpectrumAccumulator::new(nfft, inputs, layout.complex).map_err(spectrum_err)?;
+        let segments = py.detach(|| acc.add_frames(&self.file, &layout, start, nint));
+        Ok((power_array(py, &acc, inputs, nfft)?, segments))
+    }
+
+    /// Fringe between input `ia` of this file and input `ib` of `other` (or of this file).
+    #[pyo3(signature = (other, ia, ib, nfft, start=0, nint=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn cross<'py>(
+        &self,
+        py: Python<'py>,
+        other: Option<PyRef<'py, FileReader>>,
+        ia: usize,
+        ib: usize,
+        nfft: usize,
+        start: usize,
+        nint: Option<u64>,
+    ) -> PyResult<FringeTuple<'py>> {
+        let la = layout_of(&self.file.info().header0)?;
+        let lb = other
+            .as_ref()
+            .map(|o| layout_of(&o.file.info().header0))
+            .transpose()?;
+        let mut acc = CrossAccumulator::new(nfft, la.complex).map_err(spectrum_err)?;
+        let other_file = other.as_ref().map(|o| &o.file);
+        let f = py
+            .detach(|| {
+                let b = other_file
+                    .zip(lb.as_ref())
+                    .map(|(f, l)| (f as &dyn FrameSource, l, ib));
+                acc.add_frames((&self.file, &la, ia), b, ib, start, nint);
+                acc.fringe()
+            })
+            .map_err(spectrum_err)?;
+        fringe_tuple(py, f)
+    }
+
+    /// The file's whole frames as a read-only (n_frames, frame_size) uint8 array over the
+    /// memory map itself; the array keeps this reader (and the map) alive.
+    fn frames<'py>(slf: Bound<'py, Self>) -> Bound<'py, PyArray2<u8>> {
+        let reader = slf.get();
+        let bytes = reader.file.frame_bytes();
+        let (rows, cols) = (reader.file.info().n_frames, reader.file.info().frame_size);
+        // SAFETY: the map lives as long as `slf`, which becomes the array's base object; it is
+        // never remapped.
+        unsafe { readonly_view(bytes.as_ptr(), rows, cols, slf.into_any()) }
+    }
+}
+
+/// A read-only NumPy view of `rows × cols` bytes at `ptr`, kept alive by `owner`.
+///
+/// # Safety
+/// The memory must stay valid and unmoved for as long as `owner` lives.
+pub(crate) unsafe fn readonly_view<'py>(
+    ptr: *const u8,
+    rows: usize,
+    cols: usize,
+    owner: Bound<'py, PyAny>,
+) -> Bound<'py, PyArray2<u8>> {
+    unsafe {
+        let view = ArrayView2::from_shape_ptr((rows, cols), ptr);
+        let array = PyArray2::borrow_from_array(&view, owner);
+        drop(array.readwrite().make_nonwriteable());
+        array
+    }
+}
+
+/// Decodes the payloads of frames (rows of uint8, one frame each, all of one thread layout)
+/// into `out` (float32, flat): values of frame 0, then frame 1, ...
+#[pyfunction]
+pub fn decode_payloads(
+    py: Python<'_>,
+    frames: PyReadonlyArray2<'_, u8>,
+    header_size: usize,
+    bits: u32,
+    out: &Bound<'_, PyArray1<f32>>,
+) -> PyResult<()> {
+    let decoder = Decoder::new(bits).map_err(decode_err)?;
+    let frames = frames.as_array();
+    let (n, fs) = (frames.shape()[0], frames.shape()[1]);
+    let payload = fs.checked_sub(header_size).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "frames of {fs} bytes are shorter than the {header_size}-byte header"
+        ))
+    })?;
+    let per = decoder.values_in(payload);
+    let mut rw = out.readwrite();
+    let dst = rw
+        .as_slice_mut()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    if dst.len() < n * per {
+        return Err(decode_err(DecodeError::OutputTooSmall {
+            needed: n * per,
+            got: dst.len(),
+        }));
+    }
+    let rows: Vec<&[u8]> = frames
+        .rows()
+        .into_iter()
+        .map(|r| {
+            r.to_slice()
+                .ok_or_else(|| PyValueError::new_err("frames must be C-contiguous rows"))
+        })
+        .collect::<PyResult<_>>()?;
+    py.detach(|| {
+        for (i, row) in rows.iter().enumerate() {
+            decoder.decode(&row[header_size..], &mut dst[i * per..(i + 1) * per])?;
+        }
+        Ok(())
+    })
+    .map_err(decode_err)
+}

@@ -1,0 +1,141 @@
+//! Python bindings (`vdifrec._core`), one file per part of the core they wrap: `header`,
+//! `file` (reader and decoding), `recorder` (and its views), `sender` (and the generator),
+//! `analysis`, `errors` (every exception, and the one place core errors become them), and
+//! `baseline` (benchmarks only). Each converts arguments, runs the core in `py.detach`, and
+//! converts back; nothing here decides what a Rust user would also need.
+
+mod analysis;
+#[cfg(feature = "bench")]
+mod baseline;
+mod errors;
+mod file;
+mod header;
+mod recorder;
+mod sender;
+
+use pyo3::prelude::*;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Options given as a dict (or keywords gathered into one) into the core's options type:
+/// unknown names and wrong types raise `ArgumentError` naming the option.
+fn options_from<T: DeserializeOwned + Serialize + Default>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
+    let value: serde_json::Value = pythonize::depythonize(obj).map_err(|e| unreadable(obj, e))?;
+    crate::options::from_value(value).map_err(errors::arg_err)
+}
+
+/// Why options could not be read, naming the option whose value is to blame (a number
+/// beyond 64 bits, an object that is not a number, text, boolean or None).
+fn unreadable(obj: &Bound<'_, PyAny>, e: pythonize::PythonizeError) -> PyErr {
+    use pyo3::types::{PyDict, PyDictMethods};
+    if let Ok(dict) = obj.cast::<PyDict>() {
+        for (key, value) in dict.iter() {
+            if pythonize::depythonize::<serde_json::Value>(&value).is_err() {
+                if value.cast::<PyDict>().is_ok() {
+                    return unreadable(&value, e);
+                }
+                let shown = value.repr().map_or_else(|_| "?".into(), |r| r.to_string());
+                return errors::ArgumentError::new_err(format!(
+                    "{key}: cannot use {shown}: give a number within 64 bits, text, a boolean or None"
+                ));
+            }
+        }
+    }
+    errors::ArgumentError::new_err(format!("options: {e}"))
+}
+
+/// A result as JSON text, in the shape Python presents it.
+fn to_json<T: Serialize>(v: &T) -> PyResult<String> {
+    serde_json::to_string(v).map_err(errors::json_err)
+}
+
+/// Every option's default, from the core types that own them: `recorder`, `sender`,
+/// `signal`, `generate`, `check`.
+#[pyfunction]
+fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let mut sender = serde_json::to_value(crate::tools::sender::SendOptions::default())
+        .map_err(errors::json_err)?;
+    // The signal's settings are listed once, under "signal".
+    if let Some(o) = sender.as_object_mut() {
+        o.remove("signal");
+    }
+    let mut generate = serde_json::to_value(crate::tools::generate::GenerateOptions::default())
+        .map_err(errors::json_err)?;
+    if let Some(o) = generate.as_object_mut() {
+        o.remove("signal");
+    }
+    let all = serde_json::json!({
+        "recorder": crate::record::recorder::RecorderOptions::default(),
+        "sender": sender,
+        "signal": crate::tools::generate::SignalSpec::default(),
+        "generate": generate,
+        "check": crate::analysis::check::CheckOptions::default(),
+    });
+    pythonize::pythonize(py, &all).map_err(|e| errors::ArgumentError::new_err(e.to_string()))
+}
+
+/// Parses a byte size such as "8GiB"; `name` names the argument in the error.
+#[pyfunction]
+fn parse_size_arg(name: &str, text: &str) -> PyResult<u64> {
+    crate::units::parse_size(name, text).map_err(|e| errors::ArgumentError::new_err(e.to_string()))
+}
+
+/// Whether this extension was compiled with optimisations (debug builds are too slow to
+/// capture at 8 Gbps).
+#[pyfunction]
+fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
+/// Host probe for `vdifrec doctor`: (bytes per second, O_DIRECT used) writing `max_bytes` (or
+/// for `seconds`) into `directory` with `threads` writers of `block`-byte writes.
+#[pyfunction]
+fn disk_write_test(
+    py: Python<'_>,
+    directory: std::path::PathBuf,
+    block: usize,
+    threads: usize,
+    max_bytes: u64,
+    seconds: f64,
+) -> PyResult<(f64, bool)> {
+    py.detach(|| {
+        crate::tools::disk_probe::disk_write_test(&directory, block, threads, max_bytes, seconds)
+    })
+    .map_err(|e| {
+        errors::io_err(
+            &e,
+            format!("write test in {}: {e}", directory.display()),
+            &directory,
+        )
+    })
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add(
+        "TWO_BIT_THRESHOLD_SIGMA",
+        crate::tools::generate::TWO_BIT_THRESHOLD_SIGMA,
+    )?;
+    errors::register(m)?;
+    m.add_class::<header::PyHeader>()?;
+    m.add_class::<file::FileReader>()?;
+    m.add_function(wrap_pyfunction!(file::decode_payloads, m)?)?;
+    m.add_class::<recorder::PyRecorder>()?;
+    m.add_class::<recorder::RingView>()?;
+    m.add_class::<sender::PySender>()?;
+    m.add_function(wrap_pyfunction!(sender::generate, m)?)?;
+    m.add_function(wrap_pyfunction!(sender::verify_sent, m)?)?;
+    analysis::register(m)?;
+    #[cfg(feature = "bench")]
+    baseline::register(m)?;
+    m.add_function(wrap_pyfunction!(defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_size_arg, m)?)?;
+    m.add_function(wrap_pyfunction!(build_profile, m)?)?;
+    m.add_function(wrap_pyfunction!(disk_write_test, m)?)?;
+    Ok(())
+}

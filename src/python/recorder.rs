@@ -1,0 +1,208 @@
+//! `Recorder` (behind `vdifrec.Recorder`) and `RingView`, the owner of a zero-copy view of
+//! ring frames.
+
+use super::errors::{arg_err, record_err, ring_err, RecorderError};
+use super::file::readonly_view;
+use super::to_json;
+use crate::record::recorder::{Recorder as CoreRecorder, RecorderConfig, RecorderOptions};
+use crate::record::ring::Ring;
+use crate::record::shared::Shared;
+use numpy::PyArray2;
+use pyo3::prelude::*;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The recording engine (wrapped by `vdifrec.Recorder`).
+#[pyclass(module = "vdifrec._core", name = "Recorder", frozen)]
+pub struct PyRecorder {
+    config: RecorderConfig,
+    inner: Mutex<Option<CoreRecorder>>,
+    shared: Mutex<Option<Arc<Shared>>>,
+    summary: Mutex<Option<String>>,
+}
+
+#[pymethods]
+impl PyRecorder {
+    /// Checks every option (a bad one raises `ArgumentError` naming it); starts nothing.
+    #[new]
+    fn new(options: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let options: RecorderOptions = super::options_from(options)?;
+        let config = RecorderConfig::from_options(&options).map_err(arg_err)?;
+        Ok(PyRecorder {
+            config,
+            inner: Mutex::new(None),
+            shared: Mutex::new(None),
+            summary: Mutex::new(None),
+        })
+    }
+
+    /// Allocates the ring, binds the socket, starts the threads; returns the bound (host, port).
+    fn start(&self, py: Python<'_>) -> PyResult<(String, u16)> {
+        let mut inner = self.inner.lock().unwrap();
+        if inner.is_some() || self.summary.lock().unwrap().is_some() {
+            return Err(RecorderError::new_err(
+                "this recorder has been started already; make a new Recorder for a new recording",
+            ));
+        }
+        let cfg = self.config.clone();
+        let rec = py.detach(|| CoreRecorder::start(cfg)).map_err(record_err)?;
+        let addr = rec.local_addr();
+        *self.shared.lock().unwrap() = Some(rec.shared());
+        *inner = Some(rec);
+        Ok((addr.ip().to_string(), addr.port()))
+    }
+
+    /// Stops (drains the ring to disk) and returns the summary as JSON; again: the same one.
+    fn stop(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        if let Some(s) = self.summary.lock().unwrap().clone() {
+            return Ok(Some(s));
+        }
+        let taken = self.inner.lock().unwrap().take();
+        let Some(mut rec) = taken else {
+            return Ok(None);
+        };
+        let summary = py.detach(move || rec.stop());
+        let json = to_json(&summary)?;
+        *self.summary.lock().unwrap() = Some(json.clone());
+        Ok(Some(json))
+    }
+
+    /// Every counter now, as JSON (None before start or after stop).
+    fn stats(&self) -> PyResult<Option<String>> {
+        match self.inner.lock().unwrap().as_ref() {
+            Some(r) => Ok(Some(to_json(&r.stats())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits up to `timeout` seconds for per-second rows beyond index `start`; JSON list.
+    fn wait_rows(&self, py: Python<'_>, start: usize, timeout: f64) -> PyResult<String> {
+        let Some(shared) = self.shared.lock().unwrap().clone() else {
+            return Ok("[]".into());
+        };
+        let rows = py.detach(|| shared.wait_rows(start, Duration::from_secs_f64(timeout.max(0.0))));
+        to_json(&rows)
+    }
+
+    /// The capture has ended by itself (frame limit reached) or the recording failed.
+    fn finished(&self) -> bool {
+        self.shared
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|s| s.finished())
+    }
+
+    /// (host, port) of the status endpoint, if it runs.
+    fn status_address(&self) -> Option<(String, u16)> {
+        self.inner
+            .lock()
+            .unwrap()
+            .as_ref()
+            .and_then(|r| r.status_addr())
+            .map(|a| (a.ip().to_string(), a.port()))
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.inner
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map_or_else(Vec::new, |r| r.notes())
+    }
+
+    /// Where the stream is taken from, for the operator (None before start).
+    #[getter]
+    fn source(&self) -> Option<String> {
+        self.inner.lock().unwrap().as_ref().map(|r| r.source())
+    }
+
+    #[getter]
+    fn running(&self) -> bool {
+        self.inner.lock().unwrap().is_some()
+    }
+
+    /// Pins the newest `n` frames and returns (owner, first frame number); the owner's
+    /// `array()` is the zero-copy view.
+    fn pin_latest(&self, n: u64) -> PyResult<(RingView, u64)> {
+        let ring = self.ring()?;
+        let (idx, first) = ring.pin_latest(n).map_err(ring_err)?;
+        Ok((RingView::new(ring, idx, first, n), first))
+    }
+
+    /// Pins frames `first..first + n` (numbered from 0 in arrival order since the start).
+    fn pin_frames(&self, first: u64, n: u64) -> PyResult<RingView> {
+        let ring = self.ring()?;
+        let idx = ring.pin(first, n).map_err(ring_err)?;
+        Ok(RingView::new(ring, idx, first, n))
+    }
+}
+
+impl PyRecorder {
+    fn ring(&self) -> PyResult<Arc<Ring>> {
+        let shared = self.shared.lock().unwrap().clone().ok_or_else(|| {
+            RecorderError::new_err("the recorder has not been started: call start() first")
+        })?;
+        shared.ring().ok_or_else(|| {
+            RecorderError::new_err("no frame has arrived yet, so the ring holds nothing to view")
+        })
+    }
+}
+
+/// Owner of a zero-copy view of ring frames: keeps the ring mapped and the frames pinned
+/// (the capture will not overwrite them) until released or garbage-collected.
+#[pyclass(module = "vdifrec._core", frozen)]
+pub struct RingView {
+    ring: Arc<Ring>,
+    pin: Mutex<Option<usize>>,
+    #[pyo3(get)]
+    first: u64,
+    #[pyo3(get)]
+    count: u64,
+}
+
+impl RingView {
+    fn new(ring: Arc<Ring>, pin: usize, first: u64, count: u64) -> RingView {
+        RingView {
+            ring,
+            pin: Mutex::new(Some(pin)),
+            first,
+            count,
+        }
+    }
+}
+
+#[pymethods]
+impl RingView {
+    /// The frames as a read-only (count, frame_size) uint8 array whose memory is the ring;
+    /// the array keeps this owner (and so the pin and the ring) alive.
+    fn array<'py>(slf: Bound<'py, Self>) -> Bound<'py, PyArray2<u8>> {
+        let v = slf.get();
+        // SAFETY: pinned frames are published and not overwritten while the pin holds; the
+        // mapping lives as long as the Arc<Ring> this owner keeps. Frames up to nslots are
+        // contiguous through the mirrored mapping.
+        let ptr = v.ring.slot_ptr(v.first);
+        let (rows, cols) = (v.count as usize, v.ring.frame_size());
+        unsafe { readonly_view(ptr, rows, cols, slf.into_any()) }
+    }
+
+    /// Lets the capture reuse these frames' slots now (the array then may change).
+    fn release(&self) {
+        if let Some(idx) = self.pin.lock().unwrap().take() {
+            self.ring.unpin(idx);
+        }
+    }
+
+    #[getter]
+    fn pinned(&self) -> bool {
+        self.pin.lock().unwrap().is_some()
+    }
+}
+
+impl Drop for RingView {
+    fn drop(&mut self) {
+        if let Some(idx) = self.pin.lock().unwrap().take() {
+            self.ring.unpin(idx);
+        }
+    }
+}

@@ -1,0 +1,480 @@
+//! What a recording is asked to do: the options as the user gives them (`RecorderOptions`,
+//! which owns every default) and the checked configuration the recorder runs on
+//! (`RecorderConfig`, made only by `from_options`, which owns every check).
+
+use crate::options::{self, in_range, ArgError, Size};
+use crate::record::capture::udp::MAX_OFFSET;
+use crate::record::ring;
+use crate::units::format_size;
+use crate::vdif::header::{check_fps, check_frame_size};
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+/// Largest UDP payload: 65,535 bytes less the 8-byte UDP and 20-byte IPv4 headers.
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+/// Smallest ring: a few aligned runs of the largest frames.
+pub const MIN_RING_BYTES: u64 = 1 << 20;
+/// Rotated files are at least this large.
+pub const MIN_FILE_SIZE: u64 = 1 << 20;
+/// Highest CPU number accepted (the kernel's default NR_CPUS limit).
+const MAX_CPU: i64 = 4095;
+
+/// The options of a recording as a user gives them (`vdifrec.Recorder(...)`, `vdifrec
+/// record`): plain values, sizes as bytes or text such as `"8GiB"`. `Default` is the one
+/// place each default is written; Python reads it as `vdifrec.defaults["recorder"]`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecorderOptions {
+    /// UDP port (0: any free port).
+    pub port: i64,
+    /// Address to listen on.
+    pub bind: String,
+    /// Multicast group to join.
+    pub multicast: Option<String>,
+    /// Write to this one file (rotated files get `_0001`, ...).
+    pub path: Option<PathBuf>,
+    /// Or write time-stamped files with `prefix` into this directory.
+    pub directory: Option<PathBuf>,
+    pub prefix: String,
+    /// Ring buffer size.
+    pub ring: Size,
+    /// Bytes per frame, header included (None: learned from the first valid frame).
+    pub frame_size: Option<i64>,
+    /// Bytes to strip before each frame (8 for a packet sequence number).
+    pub offset: i64,
+    /// Count gaps in the 8-byte packet sequence numbers.
+    pub psn: bool,
+    /// Frames per second per thread (None: learned from the frame-number wrap).
+    pub fps: Option<i64>,
+    /// Start a new file after this many bytes.
+    pub file_size: Option<Size>,
+    pub capture_cpu: Option<i64>,
+    pub writer_cpu: Option<i64>,
+    /// O_DIRECT where the file system allows it.
+    pub direct: bool,
+    /// Socket receive buffer to ask for.
+    pub rcvbuf: Size,
+    pub huge_pages: bool,
+    pub mlock: bool,
+    /// Stop after this many frames are buffered.
+    pub max_frames: Option<i64>,
+    /// `udp`, `afpacket` or `pfring`.
+    pub backend: String,
+    /// The interface of the afpacket and pfring backends.
+    pub interface: Option<String>,
+    /// The `libpfring.so` to load (default: the loader's).
+    pub pfring_library: Option<PathBuf>,
+    /// Refuse to start without the `pf_ring` kernel module (off for a stand-in library).
+    pub pfring_check_module: bool,
+    /// Test aid: write at most this many bytes per second (a slow disk).
+    pub throttle: Option<Size>,
+    /// Test aid: the disk is full after this many bytes.
+    pub disk_limit: Option<Size>,
+    /// Headers arrive with each 32-bit word byte-swapped.
+    pub big_endian: bool,
+    /// Serve GET /status and /metrics here (`HOST:PORT`, or `PORT` for localhost).
+    pub status_listen: Option<String>,
+}
+
+impl Default for RecorderOptions {
+    fn default() -> Self {
+        RecorderOptions {
+            port: 0,
+            bind: "127.0.0.1".into(),
+            multicast: None,
+            path: None,
+            directory: None,
+            prefix: "vdifrec".into(),
+            ring: Size::bytes(1 << 30),
+            frame_size: None,
+            offset: 0,
+            psn: false,
+            fps: None,
+            file_size: None,
+            capture_cpu: None,
+            writer_cpu: None,
+            direct: true,
+            rcvbuf: Size::bytes(256 << 20),
+            huge_pages: true,
+            mlock: true,
+            max_frames: None,
+            backend: "udp".into(),
+            interface: None,
+            pfring_library: None,
+            pfring_check_module: true,
+            throttle: None,
+            disk_limit: None,
+            big_endian: false,
+            status_listen: None,
+        }
+    }
+}
+
+/// Which capture backend to use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    /// A UDP socket (recvmmsg): works everywhere, no privileges.
+    Udp,
+    /// A TPACKET_V3 ring on an interface (CAP_NET_RAW).
+    AfPacket { interface: String },
+    /// PF_RING on an interface, `libpfring.so` loaded at run time (`library` overrides where
+    /// from; `check_module` false skips the kernel-module check, for stand-in libraries).
+    PfRing {
+        interface: String,
+        library: Option<PathBuf>,
+        check_module: bool,
+    },
+}
+
+impl BackendKind {
+    /// The backend's name, as the user chose it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            BackendKind::Udp => "udp",
+            BackendKind::AfPacket { .. } => "afpacket",
+            BackendKind::PfRing { .. } => "pfring",
+        }
+    }
+}
+
+/// Where recordings go.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// One path; rotated files get `_0001`, `_0002`, ... before the extension.
+    File(PathBuf),
+    /// `{dir}/{prefix}_{YYYY}y{DOY}d{HH}h{MM}m{SS}s.vdif`, UTC of each file's first frame.
+    Dir { dir: PathBuf, prefix: String },
+}
+
+/// Everything a recording needs to know, checked.
+#[derive(Clone, Debug)]
+pub struct RecorderConfig {
+    pub bind: IpAddr,
+    pub port: u16,
+    pub multicast: Option<IpAddr>,
+    /// None: monitor without writing.
+    pub target: Option<Target>,
+    pub ring_bytes: u64,
+    /// None: learned from the first valid frame.
+    pub frame_size: Option<usize>,
+    pub offset: usize,
+    pub psn: bool,
+    pub fps: Option<u32>,
+    pub file_size: Option<u64>,
+    pub capture_cpu: Option<usize>,
+    pub writer_cpu: Option<usize>,
+    /// With neither CPU given, pin the capture and writer to the last two CPUs this process
+    /// may use, when it may use four or more (fewer: leave them to the scheduler).
+    pub auto_pin: bool,
+    pub direct: bool,
+    pub rcvbuf: u64,
+    pub huge_pages: bool,
+    pub mlock: bool,
+    /// Stop after this many frames are buffered.
+    pub max_frames: Option<u64>,
+    pub backend: BackendKind,
+    /// Test aids for a slow or full disk (see WriterConfig).
+    pub throttle: Option<u64>,
+    pub disk_limit: Option<u64>,
+    /// Headers arrive big-endian (each 32-bit word byte-swapped), as some senders write them.
+    pub big_endian: bool,
+    /// Serve GET /status and /metrics here (None: no status endpoint).
+    pub status_listen: Option<SocketAddr>,
+}
+
+impl Default for RecorderConfig {
+    /// The defaults of `RecorderOptions`, checked.
+    fn default() -> Self {
+        RecorderConfig::build(&RecorderOptions::default(), false).expect("the defaults are valid")
+    }
+}
+
+impl RecorderConfig {
+    /// Checks every option and builds the configuration. Touches no file and no socket; the
+    /// ring's size is compared with the memory the machine has now.
+    pub fn from_options(o: &RecorderOptions) -> Result<RecorderConfig, ArgError> {
+        RecorderConfig::build(o, true)
+    }
+
+    fn build(o: &RecorderOptions, check_memory: bool) -> Result<RecorderConfig, ArgError> {
+        let port = in_range("port", o.port, 0, 65_535, "0 picks a free port")? as u16;
+        let bind = options::ip("bind", &o.bind)?;
+        let multicast = match &o.multicast {
+            Some(m) => {
+                let group = options::ip("multicast", m)?;
+                if !group.is_multicast() {
+                    return Err(ArgError::new(
+                        "multicast",
+                        format!("{group} is not a multicast group (224.0.0.0/4 or ff00::/8)"),
+                    ));
+                }
+                Some(group)
+            }
+            None => None,
+        };
+        let target = target(o)?;
+        let offset = in_range(
+            "offset",
+            o.offset,
+            0,
+            MAX_OFFSET as i64,
+            "8 for a packet sequence number",
+        )? as usize;
+        if o.psn && offset < 8 {
+            return Err(ArgError::new(
+                "psn",
+                format!("the 8-byte packet sequence number needs offset 8, not {offset}"),
+            ));
+        }
+        let frame_size = match o.frame_size {
+            Some(fs) => Some(udp_frame_size(fs, offset)?),
+            None => None,
+        };
+        let fps = match o.fps {
+            Some(f) => Some(check_fps(f).map_err(|why| ArgError::new("fps", why))?),
+            None => None,
+        };
+        let ring_bytes = o.ring.get("ring")?;
+        check_ring(ring_bytes, o.huge_pages, check_memory)?;
+        let file_size = positive_size("file_size", &o.file_size, MIN_FILE_SIZE)?;
+        let rcvbuf = o.rcvbuf.get("rcvbuf")?;
+        if rcvbuf == 0 || rcvbuf > i32::MAX as u64 {
+            return Err(ArgError::new(
+                "rcvbuf",
+                format!("{rcvbuf} bytes: give 1 byte to 2GiB (the kernel's limit)"),
+            ));
+        }
+        let cpu = |name, c: Option<i64>| -> Result<Option<usize>, ArgError> {
+            c.map(|c| {
+                in_range(name, c, 0, MAX_CPU, "a CPU number, as `lscpu` lists them")
+                    .map(|c| c as usize)
+            })
+            .transpose()
+        };
+        let max_frames = match o.max_frames {
+            Some(n) => Some(in_range("max_frames", n, 1, i64::MAX, "")?),
+            None => None,
+        };
+        let backend = backend(o)?;
+        if backend != BackendKind::Udp && port == 0 {
+            return Err(ArgError::new(
+                "port",
+                "the afpacket and pfring backends select packets by port: give the stream's UDP port",
+            ));
+        }
+        Ok(RecorderConfig {
+            bind,
+            port,
+            multicast,
+            target,
+            ring_bytes,
+            frame_size,
+            offset,
+            psn: o.psn,
+            fps,
+            file_size,
+            capture_cpu: cpu("capture_cpu", o.capture_cpu)?,
+            writer_cpu: cpu("writer_cpu", o.writer_cpu)?,
+            auto_pin: true,
+            direct: o.direct,
+            rcvbuf,
+            huge_pages: o.huge_pages,
+            mlock: o.mlock,
+            max_frames,
+            backend,
+            throttle: positive_size("throttle", &o.throttle, 1)?,
+            disk_limit: positive_size("disk_limit", &o.disk_limit, 1)?,
+            big_endian: o.big_endian,
+            status_listen: o
+                .status_listen
+                .as_deref()
+                .map(|s| options::listen_address("status_listen", s))
+                .transpose()?,
+        })
+    }
+
+    /// Where the stream is taken from, for the operator: `ADDRESS:PORT` for the udp backend,
+    /// `INTERFACE:PORT (backend)` for the raw ones, which keep that port's packets.
+    pub fn source(&self, port: u16) -> String {
+        match &self.backend {
+            BackendKind::Udp => SocketAddr::new(self.bind, port).to_string(),
+            BackendKind::AfPacket { interface } | BackendKind::PfRing { interface, .. } => {
+                format!("{interface}:{port} ({})", self.backend.name())
+            }
+        }
+    }
+}
+
+/// A frame size that is a VDIF frame and fits one UDP datagram after `offset` bytes.
+fn udp_frame_size(value: i64, offset: usize) -> Result<usize, ArgError> {
+    let most = (MAX_UDP_PAYLOAD - offset) / 8 * 8;
+    let fs = in_range(
+        "frame_size",
+        value,
+        1,
+        most as i64,
+        "bytes, header included, that fit one UDP datagram",
+    )? as usize;
+    check_frame_size(fs).map_err(|why| ArgError::new("frame_size", why))?;
+    Ok(fs)
+}
+
+fn positive_size(name: &str, v: &Option<Size>, least: u64) -> Result<Option<u64>, ArgError> {
+    let Some(v) = v else { return Ok(None) };
+    let bytes = v.get(name)?;
+    if bytes < least {
+        return Err(ArgError::new(
+            name,
+            format!(
+                "{bytes} bytes is too small: give at least {}",
+                format_size(least)
+            ),
+        ));
+    }
+    Ok(Some(bytes))
+}
+
+/// The ring must be at least `MIN_RING_BYTES`, and no more than the machine can give now:
+/// asking for more would fail (or swap) once the stream flows, losing what arrives.
+fn check_ring(bytes: u64, huge_pages: bool, check_memory: bool) -> Result<(), ArgError> {
+    if bytes < MIN_RING_BYTES {
+        return Err(ArgError::new(
+            "ring",
+            format!("{bytes} bytes is too small: give at least 1MiB (e.g. \"1GiB\")"),
+        ));
+    }
+    if !check_memory || (huge_pages && ring::huge_pages_cover(bytes)) {
+        return Ok(());
+    }
+    if let Some(available) = options::memory_available() {
+        if bytes > available {
+            return Err(ArgError::new(
+                "ring",
+                format!(
+                    "{} is more than the {} of memory this machine has available now (MemAvailable): give a smaller ring",
+                    format_size(bytes),
+                    format_size(available)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn target(o: &RecorderOptions) -> Result<Option<Target>, ArgError> {
+    match (&o.path, &o.directory) {
+        (Some(_), Some(_)) => Err(ArgError::new(
+            "path",
+            "give path or directory, not both (path for one named file, directory + prefix for time-stamped names)",
+        )),
+        (Some(p), None) => {
+            if p.as_os_str().is_empty() {
+                return Err(ArgError::new("path", "an empty path names no file"));
+            }
+            Ok(Some(Target::File(p.clone())))
+        }
+        (None, Some(d)) => {
+            let prefix = &o.prefix;
+            // File names add `_YYYYyDOYdHHhMMmSSs_NNNN.vdif` (30 bytes) to the prefix; most
+            // file systems take 255.
+            if prefix.len() > 200 {
+                return Err(ArgError::new(
+                    "prefix",
+                    format!("{} bytes is too long for a file name: give at most 200", prefix.len()),
+                ));
+            }
+            if prefix.is_empty()
+                || prefix.contains('/')
+                || prefix.contains('\0')
+                || prefix.starts_with('.')
+            {
+                return Err(ArgError::new(
+                    "prefix",
+                    format!("{prefix:?} is not a plain file-name prefix (no '/', not starting with '.')"),
+                ));
+            }
+            if d.as_os_str().is_empty() {
+                return Err(ArgError::new("directory", "an empty path names no directory"));
+            }
+            Ok(Some(Target::Dir {
+                dir: d.clone(),
+                prefix: prefix.clone(),
+            }))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+fn backend(o: &RecorderOptions) -> Result<BackendKind, ArgError> {
+    let interface = || -> Result<String, ArgError> {
+        match o.interface.as_deref().map(str::trim) {
+            Some(i) if !i.is_empty() => Ok(i.to_string()),
+            _ => Err(ArgError::new(
+                "interface",
+                format!(
+                    "the {} backend reads an interface: name it (e.g. eth2; `ip link` lists them)",
+                    o.backend
+                ),
+            )),
+        }
+    };
+    match o.backend.as_str() {
+        "udp" => Ok(BackendKind::Udp),
+        "afpacket" => Ok(BackendKind::AfPacket {
+            interface: interface()?,
+        }),
+        "pfring" => Ok(BackendKind::PfRing {
+            interface: interface()?,
+            library: o.pfring_library.clone(),
+            check_module: o.pfring_check_module,
+        }),
+        other => Err(ArgError::new(
+            "backend",
+            format!("{other:?} is not a backend; choose udp, afpacket or pfring"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(f: impl FnOnce(&mut RecorderOptions)) -> Result<RecorderConfig, ArgError> {
+        let mut o = RecorderOptions::default();
+        f(&mut o);
+        RecorderConfig::from_options(&o)
+    }
+
+    #[test]
+    fn each_bad_option_is_named() {
+        let name = |f: fn(&mut RecorderOptions)| with(f).unwrap_err().name;
+        assert_eq!(name(|o| o.port = 99_999), "port");
+        assert_eq!(name(|o| o.ring = Size::Text("100TiB".into())), "ring");
+        assert_eq!(name(|o| o.ring = Size::bytes(1000)), "ring");
+        assert_eq!(name(|o| o.psn = true), "psn");
+        assert_eq!(name(|o| o.offset = -1), "offset");
+        assert_eq!(name(|o| o.fps = Some(0)), "fps");
+        assert_eq!(name(|o| o.frame_size = Some(8225)), "frame_size");
+        assert_eq!(name(|o| o.frame_size = Some(70_000)), "frame_size");
+        assert_eq!(name(|o| o.backend = "dpdk".into()), "backend");
+        assert_eq!(name(|o| o.bind = "x".into()), "bind");
+        assert_eq!(name(|o| o.multicast = Some("10.0.0.1".into())), "multicast");
+        assert_eq!(
+            name(|o| o.status_listen = Some("nowhere".into())),
+            "status_listen"
+        );
+    }
+
+    #[test]
+    fn defaults_are_valid_and_psn_with_offset_8_is() {
+        let c = RecorderConfig::default();
+        assert_eq!(c.ring_bytes, 1 << 30);
+        assert!(with(|o| {
+            o.psn = true;
+            o.offset = 8;
+            o.frame_size = Some(8224);
+        })
+        .is_ok());
+    }
+}

@@ -1,0 +1,20 @@
+//! The recording path: datagrams in, frames on disk, every one counted.
+//!
+//! `capture/` receives datagrams (one file per backend) straight into the `ring`; `classify`
+//! decides what each datagram is and `accounting` counts frames per VDIF second and thread;
+//! the `writer` moves the ring to disk; the `recorder` validates its `config`, sets these up and
+//! wires them together. The threads share only `shared` (flags, counters, the ring) and
+//! publish `stats`; `status` serves those snapshots over HTTP without ever blocking the capture.
+//!
+//! Uses `vdif` (and the small `units`, `affinity`); never `analysis` or `tools`.
+
+pub mod accounting;
+pub mod capture;
+pub mod classify;
+pub mod config;
+pub mod recorder;
+pub mod ring;
+pub mod shared;
+pub mod stats;
+pub mod status;
+pub mod writer;

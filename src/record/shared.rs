@@ -1,0 +1,293 @@
+//! What the recorder's threads share: the stop and done flags, the ring once it is laid out,
+//! the capture's published counters, the per-second rows, the files written, notes and the
+//! first error.
+//!
+//! It sits below the threads: capture, writer and status use it, the recorder creates it and
+//! reads it at the end, and it uses none of them. The capture thread never waits here: it
+//! publishes its counters with `try_lock` and skips a publication rather than block.
+
+use crate::record::accounting::{Gap, ThreadTotals};
+use crate::record::ring::Ring;
+use crate::record::stats::{CaptureStats, FileRecord, RecordRow, Stats};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// A one-shot answer another thread can wait for.
+struct Latch {
+    value: Mutex<Option<bool>>,
+    cv: Condvar,
+}
+
+impl Latch {
+    fn new() -> Latch {
+        Latch {
+            value: Mutex::new(None),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn set(&self, v: bool) {
+        *self.value.lock().unwrap() = Some(v);
+        self.cv.notify_all();
+    }
+
+    fn wait(&self, timeout: Duration) -> Option<bool> {
+        let g = self.value.lock().unwrap();
+        let (g, _) = self
+            .cv
+            .wait_timeout_while(g, timeout, |v| v.is_none())
+            .unwrap();
+        *g
+    }
+}
+
+/// State shared by the recorder, the capture thread, the writer thread and the status server.
+pub struct Shared {
+    stop: AtomicBool,
+    capture_done: AtomicBool,
+    capture_ready: Latch,
+    bytes_written: AtomicU64,
+    ring: OnceLock<Arc<Ring>>,
+    capture: Mutex<CaptureStats>,
+    rows: Mutex<Vec<RecordRow>>,
+    rows_cv: Condvar,
+    /// The file being written (set when it opens and closes) and its size (every write).
+    current_file: Mutex<Option<String>>,
+    current_file_bytes: AtomicU64,
+    files: Mutex<Vec<FileRecord>>,
+    error: Mutex<Option<String>>,
+    failed: AtomicBool,
+    notes: Mutex<Vec<String>>,
+    threads: Mutex<(Vec<ThreadTotals>, Vec<Gap>)>,
+    /// CPU seconds the writer thread used (set when it ends).
+    writer_cpu_s: Mutex<f64>,
+    /// Whether frames go to disk (the ring's fill means nothing otherwise).
+    has_writer: bool,
+    started: Instant,
+    started_unix: f64,
+    stopped: AtomicBool,
+}
+
+impl Shared {
+    pub fn new(has_writer: bool) -> Shared {
+        Shared {
+            stop: AtomicBool::new(false),
+            capture_done: AtomicBool::new(false),
+            capture_ready: Latch::new(),
+            bytes_written: AtomicU64::new(0),
+            ring: OnceLock::new(),
+            capture: Mutex::new(CaptureStats::default()),
+            rows: Mutex::new(Vec::new()),
+            rows_cv: Condvar::new(),
+            current_file: Mutex::new(None),
+            current_file_bytes: AtomicU64::new(0),
+            files: Mutex::new(Vec::new()),
+            error: Mutex::new(None),
+            failed: AtomicBool::new(false),
+            notes: Mutex::new(Vec::new()),
+            threads: Mutex::new((Vec::new(), Vec::new())),
+            writer_cpu_s: Mutex::new(0.0),
+            has_writer,
+            started: Instant::now(),
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    // -- flags ------------------------------------------------------------------------
+
+    /// Asks every thread to stop (the capture ends within ~100 ms, the writer drains).
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+    pub fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// The capture has ended: what is in the ring now is all there will be.
+    pub fn set_capture_done(&self) {
+        self.capture_done.store(true, Ordering::Release);
+        self.rows_cv.notify_all();
+    }
+    pub fn capture_done(&self) -> bool {
+        self.capture_done.load(Ordering::Acquire)
+    }
+
+    /// The capture thread says whether its set-up worked.
+    pub fn set_capture_ready(&self, ok: bool) {
+        self.capture_ready.set(ok);
+    }
+    /// Waits (bounded) for the capture thread's answer; None if it gave none in time.
+    pub fn wait_capture_ready(&self, timeout: Duration) -> Option<bool> {
+        self.capture_ready.wait(timeout)
+    }
+
+    /// The summary has been made; status readers see "stopped".
+    pub fn set_stopped(&self) {
+        self.stopped.store(true, Ordering::Release);
+    }
+
+    /// Records the first failure and stops the recording.
+    pub fn fail(&self, why: String) {
+        let mut e = self.error.lock().unwrap();
+        if e.is_none() {
+            *e = Some(why);
+        }
+        self.failed.store(true, Ordering::Release);
+        self.stop.store(true, Ordering::Release);
+        self.rows_cv.notify_all();
+    }
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+    pub fn error(&self) -> Option<String> {
+        self.error.lock().unwrap().clone()
+    }
+
+    /// The capture has ended by itself (`max_frames` reached) or the recording failed.
+    pub fn finished(&self) -> bool {
+        self.capture_done() || self.failed()
+    }
+
+    // -- the ring ---------------------------------------------------------------------
+
+    pub fn ring(&self) -> Option<Arc<Ring>> {
+        self.ring.get().cloned()
+    }
+    /// The ring, laid out in slots once the frame size is known.
+    pub fn set_ring(&self, ring: Arc<Ring>) {
+        let _ = self.ring.set(ring);
+    }
+
+    // -- what the threads report ------------------------------------------------------
+
+    pub fn note(&self, text: String) {
+        self.notes.lock().unwrap().push(text);
+    }
+    pub fn notes(&self) -> Vec<String> {
+        self.notes.lock().unwrap().clone()
+    }
+
+    /// The capture's counters; skipped if a reader holds the lock (the capture never waits).
+    pub fn publish_capture(&self, stats: &CaptureStats) {
+        if let Ok(mut g) = self.capture.try_lock() {
+            g.clone_from(stats);
+        }
+    }
+    /// The capture's last publication (waits for the lock: for the summary, not the capture).
+    pub fn capture_stats(&self) -> CaptureStats {
+        self.capture.lock().unwrap().clone()
+    }
+
+    pub fn push_rows(&self, rows: Vec<RecordRow>) {
+        self.rows.lock().unwrap().extend(rows);
+        self.rows_cv.notify_all();
+    }
+    /// Every completed second so far.
+    pub fn rows(&self) -> Vec<RecordRow> {
+        self.rows.lock().unwrap().clone()
+    }
+    /// The newest completed second, if any.
+    pub fn last_row(&self) -> Option<RecordRow> {
+        self.rows.lock().unwrap().last().cloned()
+    }
+    /// Waits up to `timeout` for a row beyond `from`; returns the new rows (maybe none). Returns
+    /// at once when the capture has ended.
+    pub fn wait_rows(&self, from: usize, timeout: Duration) -> Vec<RecordRow> {
+        let rows = self.rows.lock().unwrap();
+        let (rows, _) = self
+            .rows_cv
+            .wait_timeout_while(rows, timeout, |r| r.len() <= from && !self.finished())
+            .unwrap();
+        rows.get(from..).map_or(Vec::new(), |r| r.to_vec())
+    }
+
+    /// Per-thread totals and gaps, set once by the capture when it ends.
+    pub fn set_thread_totals(&self, t: Vec<ThreadTotals>, gaps: Vec<Gap>) {
+        *self.threads.lock().unwrap() = (t, gaps);
+    }
+    pub fn thread_totals(&self) -> (Vec<ThreadTotals>, Vec<Gap>) {
+        self.threads.lock().unwrap().clone()
+    }
+
+    // -- the writer -------------------------------------------------------------------
+
+    /// Bytes on disk so far (the writer's running total).
+    pub fn set_bytes_written(&self, bytes: u64) {
+        self.bytes_written.store(bytes, Ordering::Release);
+    }
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written.load(Ordering::Acquire)
+    }
+    /// A file opened (its size starts at 0) or, with None, closed.
+    pub fn set_current_file(&self, path: Option<String>) {
+        self.current_file_bytes.store(0, Ordering::Release);
+        *self.current_file.lock().unwrap() = path;
+    }
+    /// The current file's size after a write (no lock, no allocation: called per write).
+    pub fn set_current_file_bytes(&self, bytes: u64) {
+        self.current_file_bytes.store(bytes, Ordering::Release);
+    }
+    pub fn add_file(&self, f: FileRecord) {
+        self.files.lock().unwrap().push(f);
+    }
+    pub fn files(&self) -> Vec<FileRecord> {
+        self.files.lock().unwrap().clone()
+    }
+    pub fn set_writer_cpu_s(&self, s: f64) {
+        *self.writer_cpu_s.lock().unwrap() = s;
+    }
+    pub fn writer_cpu_s(&self) -> f64 {
+        *self.writer_cpu_s.lock().unwrap()
+    }
+
+    // -- snapshots --------------------------------------------------------------------
+
+    /// POSIX time the recording started.
+    pub fn started_unix(&self) -> f64 {
+        self.started_unix
+    }
+
+    /// A snapshot of every counter now. Reading never blocks the capture thread (it skips a
+    /// publication rather than wait for this lock).
+    pub fn stats(&self) -> Stats {
+        let capture = self.capture.lock().unwrap().clone();
+        let (fill, slots) = self.ring().map_or((0, 0), |r| {
+            (if self.has_writer { r.fill() } else { 0 }, r.nslots())
+        });
+        let current = self.current_file.lock().unwrap().clone();
+        let current_bytes = self.current_file_bytes.load(Ordering::Acquire);
+        let state = if self.stopped.load(Ordering::Acquire) {
+            "stopped"
+        } else if self.failed() {
+            "failed"
+        } else if self.stop_requested() {
+            "stopping"
+        } else if capture.frames_received == 0 {
+            "waiting"
+        } else {
+            "recording"
+        };
+        Stats {
+            state,
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+            bytes_buffered: capture.frames_received * capture.frame_size as u64,
+            bytes_written: self.bytes_written(),
+            ring_frames: fill,
+            ring_slots: slots,
+            ring_fill: if slots > 0 {
+                fill as f64 / slots as f64
+            } else {
+                0.0
+            },
+            current_file_bytes: if current.is_some() { current_bytes } else { 0 },
+            current_file: current,
+            files_closed: self.files.lock().unwrap().len(),
+            error: self.error(),
+            capture,
+        }
+    }
+}
