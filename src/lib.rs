@@ -11,7 +11,11 @@
 //!   counted by the same code.
 //! - [`tools`]: test sources and helpers: the sender, the signal generator, read-back.
 //!   Uses `vdif`.
-//! - [`units`], [`affinity`]: small utilities every stage may use (byte sizes, CPU pinning).
+//! - [`options`]: how user-given options become configurations (one error naming the
+//!   parameter, sizes, addresses); [`units`], [`affinity`]: small utilities every stage may
+//!   use (byte sizes, CPU pinning).
+//! - [`defaults`]: every option's default in one document, read from the types that own them
+//!   (it sits above the stages it reads).
 //!
 //! The engine is plain Rust; the Python bindings live in `python/` behind the `python`
 //! feature, so `cargo test` needs no Python. The benchmarks' baselines are compiled in only
@@ -19,6 +23,7 @@
 
 pub mod affinity;
 pub mod analysis;
+pub mod defaults;
 pub mod options;
 pub mod record;
 pub mod tools;

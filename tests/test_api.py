@@ -30,7 +30,8 @@ START = dict(ref_epoch=53, start_second=3000)
 
 
 def started(**kw) -> vdifrec.Recorder:
-    rec = vdifrec.Recorder(port=0, ring=kw.pop("ring", "16MiB"), **kw)
+    # A known frame size lets a small ring (a few runs of frames) be laid out at start.
+    rec = vdifrec.Recorder(port=0, ring=kw.pop("ring", "16MiB"), frame_size=kw.pop("frame_size", FS), **kw)
     rec.start()
     assert rec.address is not None
     return rec
@@ -45,7 +46,7 @@ def taken(rec: vdifrec.Recorder):  # type: ignore[no-untyped-def]
 
 
 def test_start_stop_twice_and_stop_without_start(tmp_path: Path) -> None:
-    rec = vdifrec.Recorder(port=0, ring="4MiB")
+    rec = vdifrec.Recorder(port=0, ring="4MiB", frame_size=8224)
     with pytest.raises(vdifrec.RecorderError, match="before start"):
         rec.stop()
     with pytest.raises(vdifrec.RecorderError, match="not been started"):
@@ -65,7 +66,7 @@ def test_start_stop_twice_and_stop_without_start(tmp_path: Path) -> None:
 def test_context_manager_stops_on_exception(tmp_path: Path) -> None:
     out = tmp_path / "cm.vdif"
     with pytest.raises(RuntimeError, match="scan aborted"):
-        with vdifrec.Recorder(port=0, ring="16MiB", path=out) as rec:
+        with vdifrec.Recorder(port=0, ring="16MiB", frame_size=8224, path=out) as rec:
             assert rec.address is not None
             vdifrec.send(rec.address, frames=500, fps=10_000, **START)
             d = delivered(rec.address, 500, taken(rec))
@@ -83,7 +84,7 @@ def test_context_manager_stops_on_exception(tmp_path: Path) -> None:
         (dict(port=-1), "^port: -1 is out of range: give 0..65535"),
         (dict(port=0, ring="lots"), "^ring: cannot read"),
         (dict(port=0, file_size="x"), "^file_size: cannot read"),
-        (dict(port=0, frame_size=0), "^frame_size: 0 is out of range"),
+        (dict(port=0, frame_size=0), "^frame_size: 0 bytes is not a VDIF frame size: give a multiple of 8"),
         (dict(port=0, fps=0), "^fps: 0 is not a frame rate"),
         (dict(port=0, offset=-8), "^offset: -8 is out of range"),
         (dict(port=0, capture_cpu=-1), "^capture_cpu: -1 is out of range"),
@@ -215,8 +216,21 @@ def test_views_are_zero_copy_read_only_and_shared(tmp_path: Path) -> None:
     np.testing.assert_array_equal(vdifrec.decode(latest), vdifrec.decode(received[-100:]))
 
 
+def test_a_view_of_more_frames_than_have_arrived_holds_those_that_have() -> None:
+    rec = started(fps=10_000)
+    vdifrec.send(rec.address, frames=3, fps=10_000, **START)
+    d = delivered(rec.address, 3, taken(rec))
+    with rec.view(100) as frames:
+        # Only frames received and pinned: never ring memory nothing has been written to.
+        assert frames.shape == (3 - d.kernel_drops, FS)
+        if d.kernel_drops == 0:
+            assert [vdifrec.Header.from_bytes(bytes(f[:32])).frame_nr for f in frames] == [0, 1, 2]
+    assert rec.latest(100).shape[0] == 3 - d.kernel_drops
+    rec.stop()
+
+
 def test_a_held_view_pins_its_frames_and_the_capture_counts_overflows() -> None:
-    rec = started(ring="4MiB")  # 384 slots of 8224 bytes (3 runs of 128)
+    rec = started(ring="4MiB", frame_size=8224)  # 384 slots of 8224 bytes (3 runs of 128)
     vdifrec.send(rec.address, frames=300, fps=20_000, **START)
     d1 = delivered(rec.address, 300, taken(rec))
     n = 300 - d1.kernel_drops  # all 300 where the kernel dropped none
@@ -243,7 +257,7 @@ def test_a_held_view_pins_its_frames_and_the_capture_counts_overflows() -> None:
 
 def test_views_across_the_ring_end_are_contiguous(tmp_path: Path) -> None:
     out = tmp_path / "e.vdif"
-    rec = started(ring="4MiB", path=out)  # 384 slots
+    rec = started(ring="4MiB", frame_size=8224, path=out)  # 384 slots
     # 500 frames received: 500 sent, and as many again as the kernel dropped (if it did).
     sent = flushes = 0
     for second in range(3000, 3020):
@@ -265,7 +279,7 @@ def test_views_across_the_ring_end_are_contiguous(tmp_path: Path) -> None:
 
 
 def test_ten_thousand_views_do_not_leak() -> None:
-    rec = started(ring="4MiB")
+    rec = started(ring="4MiB", frame_size=8224)
     vdifrec.send(rec.address, frames=200, fps=20_000, **START)
     d = delivered(rec.address, 200, taken(rec))
 

@@ -123,7 +123,7 @@ def test_pfring_enable_failure_stops_with_the_code_explained(standin: Path, tmp_
     with pytest.raises(vdifrec.RecorderError,
                        match=rf"pfring_enable_ring failed on udp:{feed} \(-5, PF_RING_ERROR_WRONG_CONFIGURATION: "):
         vdifrec.Recorder(port=WIRE_PORT, backend="pfring", interface=f"udp:{feed}", pfring_library=standin,
-                         pfring_check_module=False, ring="16MiB").start()
+                         pfring_check_module=False, ring="16MiB", frame_size=8224).start()
     assert log.read_text().split("\n")[-2] == "close"  # the ring opened is closed again
 
 
@@ -133,7 +133,7 @@ def test_pfring_recv_failure_stops_the_recording_with_the_code_explained(
     monkeypatch.setenv("VDIFREC_STANDIN_RECV_FAILS", "-1")
     out = tmp_path / "r.vdif"
     rec = vdifrec.Recorder(port=WIRE_PORT, backend="pfring", interface=f"udp:{feed}", pfring_library=standin,
-                           pfring_check_module=False, ring="16MiB", path=out)
+                           pfring_check_module=False, ring="16MiB", frame_size=8224, path=out)
     rec.start()
     vdifrec.send(("127.0.0.1", feed), frames=200, fps=10_000, **START)
     stats = rec.wait(duration=10.0)  # returns as soon as the failure ends the capture
@@ -151,7 +151,7 @@ def test_pfring_keeps_only_its_port(standin: Path, tmp_path: Path, monkeypatch: 
     feed = free_udp_port()
     monkeypatch.setenv("VDIFREC_STANDIN_WIRE_PORT", str(WIRE_PORT + 1))  # packets for another port
     with vdifrec.Recorder(port=WIRE_PORT, backend="pfring", interface=f"udp:{feed}", pfring_library=standin,
-                          pfring_check_module=False, ring="16MiB") as rec:
+                          pfring_check_module=False, ring="16MiB", frame_size=8224) as rec:
         vdifrec.send(("127.0.0.1", feed), frames=500, fps=10_000, **START)
         time.sleep(0.5)
         s = rec.stats()

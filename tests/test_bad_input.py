@@ -66,8 +66,8 @@ VALID: dict[str, dict[str, tuple[str, ...]]] = {
     "check": {"file": ("{sample}",)},
     "info": {"file": ("{sample}",)},
     # --duration stops whatever would wrongly start; nothing waits for traffic.
-    "record": {"--port": ("--port=0",), "--no-write": ("--no-write",), "--duration": ("--duration=1",), "--ring": ("--ring=16MiB",)},
-    "monitor": {"port": ("0",), "--duration": ("--duration=1",), "--ring": ("--ring=16MiB",)},
+    "record": {"--port": ("--port=0",), "--no-write": ("--no-write",), "--duration": ("--duration=1",), "--ring": ("--ring=32MiB",)},
+    "monitor": {"port": ("0",), "--duration": ("--duration=1",), "--ring": ("--ring=32MiB",)},
     # Sends, if at all, 10 frames to a port on 127.0.0.1 that nobody listens on.
     "send": {"--to": ("--to=127.0.0.1:{udp}",), "--fps": ("--fps=1000",), "--frames": ("--frames=10",)},
     "spectrum": {"file": ("{sample}",), "--nfft": ("--nfft=64",)},
@@ -99,7 +99,8 @@ def _cases() -> list[Case]:
     # -- generate: the signal's settings, checked by the engine before the file is made
     c("generate", "out", "", allowed=EMPTY)
     c("generate", "out", f"{nodir}/x.vdif", allowed="No such file or directory", names=f"{nodir}/x.vdif")
-    flag("generate", "--seconds", {"0": "positive", "-1": "positive", "abc": NUMBER, "1e400": "finite", "10min": NUMBER})
+    flag("generate", "--seconds", {"0": "positive", "-1": "positive", "abc": NUMBER, "1e400": "finite", "10min": NUMBER,
+                                   "1e300": "at most 86400"})
     flag("generate", "--fps", {"0": FPS, "1.5": WHOLE, "": WHOLE})
     flag("generate", "--fps", {"-1": FPS, "99999999999": FPS})
     flag("generate", "--frame-size", {"8220": "multiple of 8", "0": "multiple of 8", "16": "24 to", "8KiB": WHOLE})
@@ -124,7 +125,7 @@ def _cases() -> list[Case]:
     flag("generate", "--start-second", {"-1": "1073741823"})
     flag("generate", "--seed", {"abc": WHOLE})
     flag("generate", "--seed", {"-1": "18446744073709551615"})
-    flag("generate", "--seed", {"18446744073709551616": "18446744073709551615"})
+    flag("generate", "--seed", {"18446744073709551616": "9223372036854775807"})
     flag("generate", "--correlation", {"1.5": "0 to 1", "-0.1": "0 to 1", "nan": "finite"})
     flag("generate", "--delay", {"abc": WHOLE})
     flag("generate", "--delay", {"-1": "give"})
@@ -134,7 +135,7 @@ def _cases() -> list[Case]:
     c("check", "file", "", allowed=EMPTY)
     c("check", "file", "{tmp}/nope.vdif", allowed="No such file", names="{tmp}/nope.vdif")
     flag("check", "--fps", {"0": FPS, "-1": FPS, "99999999999": FPS, "abc": WHOLE})
-    flag("check", "--fps", {"99999999999999999999999": "18446744073709551615"})
+    flag("check", "--fps", {"99999999999999999999999": "9223372036854775807"})
     c("check", "--fps", "{tmp}/nope.vdif", "--fps=0", allowed=FPS, without=("{sample}",))
     flag("check", "--frame-size", {"0": "multiple of 8", "7": "multiple of 8", "-8": "multiple of 8", "8220": "multiple of 8", "abc": WHOLE})
     c("check", "--frame-size", "{tmp}/nope.vdif", "--frame-size=0", allowed="multiple of 8", without=("{sample}",))
@@ -161,13 +162,13 @@ def _cases() -> list[Case]:
     flag("record", "--prefix", {"x" * 300: "too long"}, **in_dir)
     flag("record", "--duration", {"0": ABOVE_0, "abc": ABOVE_0, "10min": ABOVE_0})
     flag("record", "--frames", {"-1": r"1\.\.", "abc": WHOLE})
-    flag("record", "--frames", {"99999999999999999999999": "18446744073709551615"})
-    flag("record", "--ring", {"100TiB": "smaller ring", "1": "at least 1MiB",
+    flag("record", "--frames", {"99999999999999999999999": "9223372036854775807"})
+    flag("record", "--ring", {"100TiB": "smaller ring", "1": "too small: give at least",
                               "1XB": SIZE_UNITS, "-1": SIZE_UNITS, "": SIZE_UNITS, "1GHz": SIZE_UNITS})
     flag("record", "--ring", {"99999999999999999999999": "64 bits"})
     # The output is bad too: the ring is named, and nothing is created.
     c("record", "--ring", "--out={tmp}/nodir/x.vdif", "--ring=100TiB", allowed="smaller ring", without=("--no-write",))
-    flag("record", "--frame-size", {"8220": "multiple of 8", "0": "65504", "99999999999": "65504"})
+    flag("record", "--frame-size", {"8220": "multiple of 8", "0": "multiple of 8", "99999999999": "65504"})
     flag("record", "--offset", {"-1": r"0\.\.64", "100000": r"0\.\.64"})
     flag("record", "--fps", {"0": FPS, "99999999999": FPS})
     flag("record", "--file-size", {"0": "at least", "1": "at least", "1XB": SIZE_UNITS, "-1": SIZE_UNITS}, **in_dir)
@@ -208,7 +209,7 @@ def _cases() -> list[Case]:
     flag("send", "--drop", {"": "S:A-B"})
     flag("send", "--reorder", {"0": r"1\.\.", "abc": WHOLE})
     flag("send", "--garbage", {"-1": r"0\.\."})
-    flag("send", "--garbage", {"99999999999999999999999": "18446744073709551615"})
+    flag("send", "--garbage", {"99999999999999999999999": "9223372036854775807"})
     flag("send", "--file", {"": EMPTY})
     flag("send", "--file", {"{tmp}/nope.vdif": "No such file", "{tmp}/junk.txt": "frame"})
     flag("send", "--record-sent", {"": EMPTY})
@@ -224,7 +225,7 @@ def _cases() -> list[Case]:
     flag("monitor", "--thread", {"1024": "0-1023", "-1": "0-1023", "abc": WHOLE})
     flag("monitor", "--cpu", {"-1": r"0\.\.4095", "99999": r"0\.\.4095"})
     flag("monitor", "--fps", {"0": FPS})
-    flag("monitor", "--ring", {"100TiB": "smaller ring", "0": "at least 1MiB", "1XB": SIZE_UNITS})
+    flag("monitor", "--ring", {"100TiB": "smaller ring", "0": "too small: give at least", "1XB": SIZE_UNITS})
     flag("monitor", "--duration", {"-1": ABOVE_0, "abc": ABOVE_0})
 
     # -- spectrum, bstate, fringe
@@ -260,12 +261,12 @@ def _cases() -> list[Case]:
     # -- doctor: what the checks are about must exist
     flag("doctor", "--interface", {"": "ip link", "no-such-if0": "ip link"})
     flag("doctor", "--path", {"": EMPTY, nodir: "not a folder", "{tmp}/exists.vdif": "not a folder"})
-    flag("doctor", "--ring", {"100TiB": "smaller ring", "0": "at least 1MiB", "1XB": SIZE_UNITS, "-1": SIZE_UNITS, "": SIZE_UNITS})
+    flag("doctor", "--ring", {"100TiB": "smaller ring", "0": "too small: give at least", "1XB": SIZE_UNITS, "-1": SIZE_UNITS, "": SIZE_UNITS})
 
     # -- demo
     flag("demo", "--seconds", {"0": ABOVE_0, "abc": ABOVE_0})
     flag("demo", "--fps", {"0": FPS, "99999999999": FPS})
-    flag("demo", "--ring", {"100TiB": "smaller ring", "0": "at least 1MiB", "1XB": SIZE_UNITS})
+    flag("demo", "--ring", {"100TiB": "smaller ring", "0": "too small: give at least", "1XB": SIZE_UNITS})
     flag("demo", "--keep", {"": EMPTY, "{tmp}/exists.vdif": "not a folder", "{tmp}/exists.vdif/sub": "cannot make the folder"})
     return out
 

@@ -184,7 +184,7 @@ def test_monitor_only_writes_nothing(tmp_path: Path) -> None:
 
 def test_max_frames_stops_the_capture(tmp_path: Path) -> None:
     out = tmp_path / "m.vdif"
-    rec = vdifrec.Recorder(port=0, ring="16MiB", path=out, max_frames=1000)
+    rec = vdifrec.Recorder(port=0, ring="16MiB", frame_size=8224, path=out, max_frames=1000)
     rec.start()
     assert rec.address is not None
     # 3000 frames; more only should the kernel have dropped 2000 of them (a tiny socket buffer).
@@ -395,7 +395,7 @@ def test_multi_thread_stream_counts_per_thread(tmp_path: Path) -> None:
 
 def test_stray_datagrams_before_the_first_frame_do_not_confuse_learning(tmp_path: Path) -> None:
     out = tmp_path / "l.vdif"
-    rec = vdifrec.Recorder(port=0, ring="16MiB", path=out)
+    rec = vdifrec.Recorder(port=0, ring="16MiB", frame_size=8224, path=out)
     rec.start()
     assert rec.address is not None
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

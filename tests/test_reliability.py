@@ -249,7 +249,7 @@ def test_disk_limit_test_aid_gives_the_same_accounting(tmp_path: Path) -> None:
 def test_slow_disk_overflows_exactly_and_recovers(tmp_path: Path) -> None:
     out, sent_file = tmp_path / "slow.vdif", tmp_path / "sent.vdif"
     # 4 MiB of ring (384 frames) and a disk of 2 MB/s against a 8 MB/s burst.
-    rec = vdifrec.Recorder(port=0, ring="4MiB", path=out, throttle="2MB", fps=1000)
+    rec = vdifrec.Recorder(port=0, ring="4MiB", frame_size=8224, path=out, throttle="2MB", fps=1000)
     rec.start()
     assert rec.address is not None
     sent = vdifrec.send(rec.address, frames=2000, fps=1000, record_sent=sent_file, **START)
@@ -355,7 +355,7 @@ def test_file_names_come_from_numbers_only(tmp_path: Path) -> None:
 
 
 def test_listening_endpoints_default_to_localhost() -> None:
-    with vdifrec.Recorder(port=0, ring="4MiB", status_listen="0") as rec:
+    with vdifrec.Recorder(port=0, ring="4MiB", frame_size=8224, status_listen="0") as rec:
         assert rec.address is not None and rec.address[0] == "127.0.0.1"
         assert rec.status_address is not None and rec.status_address[0] == "127.0.0.1"
 
@@ -372,7 +372,7 @@ def test_notes_say_what_this_host_granted(tmp_path: Path) -> None:
     """The socket buffer, huge pages, mlock, pinning and O_DIRECT are each used as far as this
     host and this user allow (read here from the kernel), a refusal is a note and never an
     error, and the notes say what was granted."""
-    out, asked, ring = tmp_path / "notes.vdif", 256 << 20, 16 << 20
+    out, asked, ring = tmp_path / "notes.vdif", 256 << 20, 32 << 20
     locked = int(re.search(r"VmLck:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024  # type: ignore[union-attr]
     memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
     cpus = sorted(os.sched_getaffinity(0))
@@ -422,7 +422,7 @@ def test_notes_say_what_this_host_granted(tmp_path: Path) -> None:
 def test_a_cpu_this_process_may_not_use_is_a_note(tmp_path: Path) -> None:
     cpus = sorted(os.sched_getaffinity(0))
     outside = cpus[-1] + 1  # beyond this process's CPUs (or beyond this machine's)
-    with vdifrec.Recorder(port=0, ring="4MiB", capture_cpu=outside, writer_cpu=cpus[0], path=tmp_path / "p.vdif") as rec:
+    with vdifrec.Recorder(port=0, ring="4MiB", frame_size=8224, capture_cpu=outside, writer_cpu=cpus[0], path=tmp_path / "p.vdif") as rec:
         assert rec.address is not None
         vdifrec.send(rec.address, frames=10, fps=1000, **START)
         delivered(rec.address, 10, lambda: rec.stats().datagrams)

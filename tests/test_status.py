@@ -120,7 +120,7 @@ def test_status_and_metrics_under_100_requests_per_second(tmp_path) -> None:
 
 
 def test_remote_status_gives_the_same_stats_type(tmp_path) -> None:
-    with vdifrec.Recorder(port=0, ring="16MiB", status_listen="0") as rec:
+    with vdifrec.Recorder(port=0, ring="16MiB", frame_size=8224, status_listen="0") as rec:
         assert rec.address is not None and rec.status_address is not None
         sent = vdifrec.send(rec.address, frames=2000, fps=10_000, garbage=7, **START)
         d = delivered(rec.address, 2007, lambda: rec.stats().datagrams)
@@ -159,7 +159,7 @@ def test_status_port_in_use_and_bad_address() -> None:
 
 
 def test_watch_prints_lines_and_warns_on_loss_and_stall() -> None:
-    rec = vdifrec.Recorder(port=0, ring="16MiB", status_listen="0", fps=2000)
+    rec = vdifrec.Recorder(port=0, ring="16MiB", frame_size=8224, status_listen="0", fps=2000)
     rec.start()
     assert rec.address is not None and rec.status_address is not None
     watch = subprocess.Popen(

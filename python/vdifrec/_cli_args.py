@@ -73,14 +73,14 @@ def _size_text(n: int) -> str:
 
 
 def integer(text: str) -> int:
-    """A whole number of 64 bits at most (the engine checks its range)."""
+    """A whole number that fits 64 bits, signed (the engine checks its range)."""
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not -(1 << 63) <= v < 1 << 64:
+    if not -(1 << 63) <= v < 1 << 63:
         raise argparse.ArgumentTypeError(
-            f"expected a whole number from -9223372036854775808 to 18446744073709551615, got {text!r}"
+            f"expected a whole number from -9223372036854775808 to 9223372036854775807, got {text!r}"
         )
     return v
 

@@ -247,8 +247,9 @@ def run_demo(a: argparse.Namespace) -> int:
     from .files import check
 
     cpus = sorted(os.sched_getaffinity(0))
-    # On four or more CPUs, give the capture, the writer and the sender a CPU each.
-    pin = len(cpus) >= 4
+    # The recorder pins its capture and writer to the last two CPUs when there are four or
+    # more; the sender takes the one before them.
+    sender_cpu = cpus[-3] if len(cpus) >= 4 else None
     with tempfile.TemporaryDirectory(prefix="vdifrec-demo-") as tmp:
         folder = a.keep if a.keep is not None else tmp
         fps = a.fps if a.fps is not None else DEFAULTS["signal"]["fps"]
@@ -256,7 +257,7 @@ def run_demo(a: argparse.Namespace) -> int:
         # The engine checks --fps and --ring here, before a folder is made or a socket bound.
         rec = Recorder(
             port=0, directory=folder, prefix="demo_fila10g", ring=a.ring if a.ring is not None else DEFAULTS["recorder"]["ring"],
-            frame_size=frame_size, fps=fps, capture_cpu=cpus[-1] if pin else None, writer_cpu=cpus[-2] if pin else None,
+            frame_size=frame_size, fps=fps,
         )
         if os.path.exists(folder) and not os.path.isdir(folder):
             raise UsageError(f"--keep: {folder} is not a folder")
@@ -271,7 +272,7 @@ def run_demo(a: argparse.Namespace) -> int:
         assert rec.address is not None
         print(f"demo: sending {a.seconds:g} s of the reference stream ({fps} frames/s of {frame_size} bytes, "
               f"{fps * frame_size * 8 / 1e9:.3f} Gbit/s) to {rec.address[0]}:{rec.address[1]}; recording into {folder}")
-        sender = Sender(rec.address, duration=a.seconds, fps=fps, cpu=cpus[-3] if pin else None)
+        sender = Sender(rec.address, duration=a.seconds, fps=fps, cpu=sender_cpu)
         with sigterm_as_interrupt():
             summary = follow(rec, duration=a.seconds + 1.5, quiet=False)
         sent = sender.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,12 +57,13 @@ def _run_generate(a: argparse.Namespace) -> int:
         h = generate(a.out, seconds=a.seconds, **signal)
     except OSError as exc:
         raise UsageError(os_error(exc)) from None
-    seconds = a.seconds if a.seconds is not None else DEFAULTS["generate"]["seconds"]
+    # What was written, read back from the file (nothing recomputed here).
+    size = os.path.getsize(a.out)
+    frames = size // h.frame_size
     fps, threads = signal.get("fps", DEFAULTS["signal"]["fps"]), signal.get("threads", DEFAULTS["signal"]["threads"])
-    frames = max(round(seconds * fps), 1) * threads
     rate = fps * h.samples_per_frame
     print(
-        f"wrote {a.out}: {frames} frames of {h.frame_size} bytes ({frames * h.frame_size} bytes), "
+        f"wrote {a.out}: {frames} frames of {h.frame_size} bytes ({size} bytes), "
         f"{threads} thread(s) x {h.nchan} ch x {h.bits} bit, {rate / 1e6:g} Msps per channel, "
         f"ref_epoch {h.ref_epoch} seconds {h.seconds}"
     )

@@ -191,7 +191,7 @@ def check_hugepages(ring: int) -> Finding:
     if free >= ring:
         return Finding("hugepages", "ok", free, f"{free >> 20} MiB of huge pages free for a {ring >> 20} MiB ring")
     return Finding("hugepages", "warn", free, f"{free >> 20} MiB of huge pages free, {ring >> 20} MiB wanted for the "
-                   "ring (it works without, with more TLB misses)", f"sysctl -w vm.nr_hugepages={need}")
+                   "ring (it works without, with more TLB misses; they are used when --frame-size is given)", f"sysctl -w vm.nr_hugepages={need}")
 
 
 def check_mlock(ring: int) -> Finding:

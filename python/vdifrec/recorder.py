@@ -98,7 +98,9 @@ class Recorder:
     big_endian : bool
         The sender writes headers with each 32-bit word byte-swapped (recorded as received).
     huge_pages, mlock : bool
-        Back the ring with huge pages when reserved, and lock it in memory when permitted
+        Back the ring with huge pages when reserved and ``frame_size`` is given (the ring is
+        laid out in runs that are whole huge pages, which only a known frame size can tell
+        fit), and lock it in memory when permitted
         (both default True; a refusal is a note, never an error).
     throttle : int or str, optional
         Test aid: limit the writer to this many bytes per second (``"2MB"``), a slow disk.
@@ -217,7 +219,8 @@ class Recorder:
 
     # -- zero-copy views ---------------------------------------------------------------
     def latest(self, n: int) -> npt.NDArray[np.uint8]:
-        """The newest ``n`` frames, pinned until the array is garbage-collected."""
+        """The newest ``n`` frames (fewer, when fewer have arrived: the array's length says how
+        many), pinned until the array is garbage-collected."""
         _check_int("n", n, 1)
         owner, _first = self._core.pin_latest(n)
         return owner.array()
@@ -231,7 +234,8 @@ class Recorder:
 
     @contextmanager
     def view(self, n: int) -> Iterator[npt.NDArray[np.uint8]]:
-        """``with rec.view(n) as frames:`` the newest ``n`` frames, pinned inside the block.
+        """``with rec.view(n) as frames:`` the newest ``n`` frames (fewer, when fewer have
+        arrived), pinned inside the block.
 
         After the block the capture may reuse the slots, so the array's bytes may change.
         """

@@ -12,7 +12,7 @@ use crate::record::accounting::{
 };
 use crate::record::classify::StreamFormat;
 use crate::vdif::header::Header;
-use crate::vdif::header::{check_fps, check_frame_size};
+use crate::vdif::header::{check_fps, frame_size_from};
 use crate::vdif::time::VdifTime;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -57,11 +57,7 @@ impl CheckOptions {
             .map(|f| check_fps(f).map_err(|why| ArgError::new("fps", why)))
             .transpose()?;
         let frame_size = match self.frame_size {
-            Some(fs) => {
-                let fs = usize::try_from(fs).unwrap_or(0);
-                check_frame_size(fs).map_err(|why| ArgError::new("frame_size", why))?;
-                Some(fs)
-            }
+            Some(fs) => Some(frame_size_from(fs).map_err(|why| ArgError::new("frame_size", why))?),
             None => None,
         };
         Ok((fps, frame_size))

@@ -3,7 +3,8 @@
 //!
 //! Uses `vdif` for frames and samples, and `record::accounting` / `record::classify` for the
 //! check, so that a file and a live recording are counted by the same code. The record stage
-//! never uses this one (a live monitor would be handed these functions by its caller).
+//! never uses this one (a live monitor would be handed these functions by its caller). Only the
+//! tests use `tools` (the generator makes their signals).
 
 pub mod bstate;
 pub mod check;

@@ -6,7 +6,6 @@ use super::to_json;
 use crate::analysis::check::{check_file, CheckOptions};
 use crate::analysis::fringe::{CrossAccumulator, Fringe};
 use crate::analysis::spectrum::{FrameLayout, FrameRows, FrameSource, SpectrumAccumulator};
-use crate::vdif::decode::DecodeError;
 use crate::vdif::header::Header as CoreHeader;
 use numpy::{PyArray1, PyArray2, PyReadonlyArray2};
 use pyo3::exceptions::PyValueError;
@@ -267,9 +266,6 @@ fn bit_states<'py>(
     nchan: usize,
     complex: bool,
 ) -> PyResult<Bound<'py, PyArray2<u64>>> {
-    if !matches!(bits, 1 | 2 | 4 | 8) {
-        return Err(decode_err(DecodeError::UnsupportedBits(bits)));
-    }
     let view = frames.as_array();
     let fs = view.shape()[1];
     if fs <= header_size {
@@ -286,7 +282,9 @@ fn bit_states<'py>(
                 .ok_or_else(|| PyValueError::new_err("frames must be C-contiguous rows"))
         })
         .collect::<PyResult<_>>()?;
-    let counts = py.detach(|| crate::analysis::bstate::bit_states(&rows, bits, nchan, complex));
+    let counts = py
+        .detach(|| crate::analysis::bstate::bit_states(&rows, bits, nchan, complex))
+        .map_err(decode_err)?;
     let arr = numpy::ndarray::Array2::from_shape_vec((nchan, 1usize << bits), counts)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(numpy::IntoPyArray::into_pyarray(arr, py))
@@ -311,8 +309,8 @@ pub fn check(
 /// Expected 2-bit state fractions for Gaussian input quantised at ±threshold σ.
 #[pyfunction]
 pub fn two_bit_state_fractions(threshold_sigma: f64) -> (f64, f64, f64, f64) {
-    let outer = crate::tools::generate::normal_cdf(-threshold_sigma);
-    (outer, 0.5 - outer, 0.5 - outer, outer)
+    let [a, b, c, d] = crate::analysis::bstate::two_bit_state_fractions(threshold_sigma);
+    (a, b, c, d)
 }
 
 /// Registers the analysis classes and functions on the module.

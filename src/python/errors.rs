@@ -94,12 +94,13 @@ pub fn record_err(e: RecordError) -> PyErr {
 }
 
 pub fn send_err(e: SendError) -> PyErr {
-    match &e {
-        // A bad option, or a file an option names that cannot be read or written.
-        SendError::BadArgument { .. }
-        | SendError::Generate(_)
-        | SendError::Replay { .. }
-        | SendError::RecordSent { .. } => ArgumentError::new_err(e.to_string()),
+    match e {
+        SendError::Option(a) => arg_err(a),
+        // A setting the generator refuses, or a file an option names that cannot be read or
+        // written: a bad option too.
+        SendError::Generate(_) | SendError::Replay { .. } | SendError::RecordSent { .. } => {
+            ArgumentError::new_err(e.to_string())
+        }
         _ => SenderError::new_err(e.to_string()),
     }
 }

@@ -49,29 +49,11 @@ fn to_json<T: Serialize>(v: &T) -> PyResult<String> {
     serde_json::to_string(v).map_err(errors::json_err)
 }
 
-/// Every option's default, from the core types that own them: `recorder`, `sender`,
-/// `signal`, `generate`, `check`.
+/// Every option's default, from the core types that own them (`crate::defaults`).
 #[pyfunction]
 fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
-    let mut sender = serde_json::to_value(crate::tools::sender::SendOptions::default())
-        .map_err(errors::json_err)?;
-    // The signal's settings are listed once, under "signal".
-    if let Some(o) = sender.as_object_mut() {
-        o.remove("signal");
-    }
-    let mut generate = serde_json::to_value(crate::tools::generate::GenerateOptions::default())
-        .map_err(errors::json_err)?;
-    if let Some(o) = generate.as_object_mut() {
-        o.remove("signal");
-    }
-    let all = serde_json::json!({
-        "recorder": crate::record::recorder::RecorderOptions::default(),
-        "sender": sender,
-        "signal": crate::tools::generate::SignalSpec::default(),
-        "generate": generate,
-        "check": crate::analysis::check::CheckOptions::default(),
-    });
-    pythonize::pythonize(py, &all).map_err(|e| errors::ArgumentError::new_err(e.to_string()))
+    pythonize::pythonize(py, &crate::defaults::defaults())
+        .map_err(|e| errors::ArgumentError::new_err(e.to_string()))
 }
 
 /// Parses a byte size such as "8GiB"; `name` names the argument in the error.

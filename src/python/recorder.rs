@@ -122,12 +122,12 @@ impl PyRecorder {
         self.inner.lock().unwrap().is_some()
     }
 
-    /// Pins the newest `n` frames and returns (owner, first frame number); the owner's
-    /// `array()` is the zero-copy view.
+    /// Pins the newest `n` frames (fewer if fewer have arrived) and returns (owner, first
+    /// frame number); the owner's `array()` is the zero-copy view of exactly those pinned.
     fn pin_latest(&self, n: u64) -> PyResult<(RingView, u64)> {
         let ring = self.ring()?;
-        let (idx, first) = ring.pin_latest(n).map_err(ring_err)?;
-        Ok((RingView::new(ring, idx, first, n), first))
+        let (idx, first, count) = ring.pin_latest(n).map_err(ring_err)?;
+        Ok((RingView::new(ring, idx, first, count), first))
     }
 
     /// Pins frames `first..first + n` (numbered from 0 in arrival order since the start).

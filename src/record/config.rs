@@ -6,15 +6,17 @@ use crate::options::{self, in_range, ArgError, Size};
 use crate::record::capture::udp::MAX_OFFSET;
 use crate::record::ring;
 use crate::units::format_size;
-use crate::vdif::header::{check_fps, check_frame_size};
+use crate::vdif::header::{check_datagram_frame_size, check_fps, frame_size_from};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
-/// Largest UDP payload: 65,535 bytes less the 8-byte UDP and 20-byte IPv4 headers.
-pub const MAX_UDP_PAYLOAD: usize = 65_507;
-/// Smallest ring: a few aligned runs of the largest frames.
+/// Smallest ring when the frame size is known: one aligned run of it (at least 1 MiB).
 pub const MIN_RING_BYTES: u64 = 1 << 20;
+/// Smallest ring when the frame size is learned from the first frame: one aligned run of the
+/// largest frame that fits a datagram (512 frames of 65504 bytes), so that whatever arrives
+/// can be laid out.
+pub const MIN_RING_BYTES_UNKNOWN_FRAME: u64 = 32 << 20;
 /// Rotated files are at least this large.
 pub const MIN_FILE_SIZE: u64 = 1 << 20;
 /// Highest CPU number accepted (the kernel's default NR_CPUS limit).
@@ -236,7 +238,7 @@ impl RecorderConfig {
             None => None,
         };
         let ring_bytes = o.ring.get("ring")?;
-        check_ring(ring_bytes, o.huge_pages, check_memory)?;
+        check_ring(ring_bytes, frame_size, o.huge_pages, check_memory)?;
         let file_size = positive_size("file_size", &o.file_size, MIN_FILE_SIZE)?;
         let rcvbuf = o.rcvbuf.get("rcvbuf")?;
         if rcvbuf == 0 || rcvbuf > i32::MAX as u64 {
@@ -308,15 +310,12 @@ impl RecorderConfig {
 
 /// A frame size that is a VDIF frame and fits one UDP datagram after `offset` bytes.
 fn udp_frame_size(value: i64, offset: usize) -> Result<usize, ArgError> {
-    let most = (MAX_UDP_PAYLOAD - offset) / 8 * 8;
-    let fs = in_range(
-        "frame_size",
-        value,
-        1,
-        most as i64,
-        "bytes, header included, that fit one UDP datagram",
-    )? as usize;
-    check_frame_size(fs).map_err(|why| ArgError::new("frame_size", why))?;
+    let invalid = |why| ArgError::new("frame_size", why);
+    // The datagram's limit first: it is the tighter bound, and the one to tell.
+    if let Ok(bytes) = usize::try_from(value) {
+        check_datagram_frame_size(bytes, offset).map_err(invalid)?;
+    }
+    let fs = frame_size_from(value).map_err(invalid)?;
     Ok(fs)
 }
 
@@ -335,16 +334,30 @@ fn positive_size(name: &str, v: &Option<Size>, least: u64) -> Result<Option<u64>
     Ok(Some(bytes))
 }
 
-/// The ring must be at least `MIN_RING_BYTES`, and no more than the machine can give now:
-/// asking for more would fail (or swap) once the stream flows, losing what arrives.
-fn check_ring(bytes: u64, huge_pages: bool, check_memory: bool) -> Result<(), ArgError> {
-    if bytes < MIN_RING_BYTES {
+/// The ring must hold the frames it will get (one aligned run of them; of the largest frame a
+/// datagram can carry when the frame size is to be learned), and no more than the machine can
+/// give now: asking for more would fail (or swap) once the stream flows, losing what arrives.
+fn check_ring(
+    bytes: u64,
+    frame_size: Option<usize>,
+    huge_pages: bool,
+    check_memory: bool,
+) -> Result<(), ArgError> {
+    let least = match frame_size {
+        Some(fs) => ring::smallest_ring(fs).max(MIN_RING_BYTES),
+        None => MIN_RING_BYTES_UNKNOWN_FRAME,
+    };
+    if bytes < least {
+        let why = match frame_size {
+            Some(fs) => format!("one aligned run of {fs}-byte frames"),
+            None => "one aligned run of the largest frames, as the frame size is to be learned; give frame_size for less".into(),
+        };
         return Err(ArgError::new(
             "ring",
-            format!("{bytes} bytes is too small: give at least 1MiB (e.g. \"1GiB\")"),
+            format!("{bytes} bytes is too small: give at least {least} ({why})"),
         ));
     }
-    if !check_memory || (huge_pages && ring::huge_pages_cover(bytes)) {
+    if !check_memory || ring::uses_huge_pages(bytes, huge_pages, frame_size) {
         return Ok(());
     }
     if let Some(available) = options::memory_available() {

@@ -94,6 +94,20 @@ fn huge_unit(frame_size: usize) -> u64 {
     lcm(frames_per_run(frame_size) * frame_size as u64, HUGE_PAGE)
 }
 
+/// Whether a ring of `bytes` will be on huge pages: asked for, the frame size known, a whole
+/// huge-page run of it fits, and enough huge pages are free.
+pub fn uses_huge_pages(bytes: u64, want_huge: bool, frame_size: Option<usize>) -> bool {
+    want_huge
+        && frame_size.is_some_and(|fs| bytes.next_multiple_of(HUGE_PAGE) >= huge_unit(fs))
+        && huge_pages_cover(bytes)
+}
+
+/// The smallest ring that frames of `frame_size` can be laid out in on 4 KiB pages: one
+/// 4 KiB-aligned run.
+pub fn smallest_ring(frame_size: usize) -> u64 {
+    frames_per_run(frame_size) * frame_size as u64
+}
+
 /// Whether the free huge pages can hold `bytes`.
 pub fn huge_pages_cover(bytes: u64) -> bool {
     huge_pages_free().unwrap_or(0) * HUGE_PAGE >= bytes.next_multiple_of(HUGE_PAGE)
@@ -452,15 +466,16 @@ impl Ring {
         self.pins_active.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Pins the newest `n` frames; returns (pin, first frame).
-    pub fn pin_latest(&self, n: u64) -> Result<(usize, u64), RingError> {
+    /// Pins the newest `n` frames (all there are, when fewer have arrived); returns (pin,
+    /// first frame, frames pinned).
+    pub fn pin_latest(&self, n: u64) -> Result<(usize, u64, u64), RingError> {
         // Retry a few times: the capture may overtake a pin between reading and pinning.
         let mut last_err = None;
         for _ in 0..16 {
             let w = self.write_seq();
             let first = w.saturating_sub(n);
             match self.pin(first, w - first) {
-                Ok(idx) => return Ok((idx, first)),
+                Ok(idx) => return Ok((idx, first, w - first)),
                 Err(e @ RingError::NotInRing { .. }) => last_err = Some(e),
                 Err(e) => return Err(e),
             }
@@ -615,8 +630,8 @@ mod tests {
         r.publish(n + 60);
         // Frame 30's slot is being rewritten by frame n + 30.
         assert!(matches!(r.pin(30, 5), Err(RingError::NotInRing { .. })));
-        let (idx, first) = r.pin_latest(10).unwrap();
-        assert_eq!(first, n + 50);
+        let (idx, first, count) = r.pin_latest(10).unwrap();
+        assert_eq!((first, count), (n + 50, 10));
         r.unpin(idx);
         let all: Vec<usize> = (0..MAX_PINS).map(|_| r.pin(n + 55, 1).unwrap()).collect();
         assert!(matches!(r.pin(n + 55, 1), Err(RingError::TooManyPins)));

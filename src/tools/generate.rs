@@ -91,19 +91,25 @@ pub const MAX_DELAY: usize = 1 << 20;
 /// (a frame size in 8-byte units, bits a power of two, ...) are `SignalSpec::template`'s.
 mod setting {
     use crate::options::{ranged, ranged_option};
+    use crate::vdif::header::{check_fps, frame_size_from};
     use serde::Deserializer;
 
     type R<T, E> = Result<T, E>;
+    // The frame size and rate follow the format's one rule for each.
     pub fn frame_size<'de, D: Deserializer<'de>>(d: D) -> R<usize, D::Error> {
-        ranged(
-            d,
-            24,
-            134_217_720,
-            "bytes per frame, header included, a multiple of 8",
-        )
+        by_rule(d, frame_size_from)
     }
     pub fn fps<'de, D: Deserializer<'de>>(d: D) -> R<u32, D::Error> {
-        ranged(d, 1, 1 << 24, "frames per second per thread")
+        by_rule(d, check_fps)
+    }
+    fn by_rule<'de, D: Deserializer<'de>, T>(
+        d: D,
+        rule: fn(i64) -> Result<T, String>,
+    ) -> R<T, D::Error> {
+        use serde::de::Error;
+        let v = <i128 as serde::Deserialize>::deserialize(d)?;
+        let v = i64::try_from(v).map_err(|_| D::Error::custom(format!("{v} is out of range")))?;
+        rule(v).map_err(D::Error::custom)
     }
     pub fn nchan<'de, D: Deserializer<'de>>(d: D) -> R<u32, D::Error> {
         ranged(d, 1, 1 << 16, "channels, a power of two")
@@ -374,34 +380,6 @@ pub fn inverse_normal_cdf(p: f64) -> f64 {
     }
 }
 
-/// Standard normal CDF (for the expected bit-state fractions).
-pub fn normal_cdf(x: f64) -> f64 {
-    0.5 * erfc(-x / std::f64::consts::SQRT_2)
-}
-
-/// Complementary error function (W. J. Cody's rational approximations via erfc of Numerical
-/// Recipes' Chebyshev fit; relative error < 1.2e-7, ample for state fractions).
-fn erfc(x: f64) -> f64 {
-    let z = x.abs();
-    let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t
-        * (-z * z - 1.265_512_23
-            + t * (1.000_023_68
-                + t * (0.374_091_96
-                    + t * (0.096_784_18
-                        + t * (-0.186_288_06
-                            + t * (0.278_868_07
-                                + t * (-1.135_203_98
-                                    + t * (1.488_515_87
-                                        + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
-            .exp();
-    if x >= 0.0 {
-        r
-    } else {
-        2.0 - r
-    }
-}
-
 /// Bits of uniform randomness per Gaussian value: the inverse CDF is tabulated at 2^16 points.
 const NORMAL_TABLE_BITS: u32 = 16;
 /// Points per cycle of the tone's cosine table.
@@ -623,10 +601,14 @@ impl Default for GenerateOptions {
 /// Writes a synthetic recording to `path` (refusing to start on a bad option); returns the
 /// header of its first frame.
 pub fn write_file(path: &std::path::Path, o: &GenerateOptions) -> Result<Header, GenerateError> {
-    if !(o.seconds.is_finite() && o.seconds > 0.0) {
+    // A day of the reference stream is 88 TB: more is a mistake, not a test file.
+    if !(o.seconds.is_finite() && o.seconds > 0.0 && o.seconds <= 86_400.0) {
         return Err(GenerateError::Invalid {
             name: "seconds",
-            why: format!("{} is not a positive duration in seconds", o.seconds),
+            why: format!(
+                "{} is not a positive duration in seconds: give more than 0, at most 86400",
+                o.seconds
+            ),
         });
     }
     // Every option is checked before the file is created.
@@ -684,7 +666,7 @@ mod tests {
             }
         }
         let total: u64 = counts.iter().sum();
-        let expect_outer = normal_cdf(-TWO_BIT_THRESHOLD_SIGMA);
+        let expect_outer = crate::analysis::bstate::normal_cdf(-TWO_BIT_THRESHOLD_SIGMA);
         for (state, c) in counts.iter().enumerate() {
             let frac = *c as f64 / total as f64;
             let want = if state == 0 || state == 3 {
@@ -753,8 +735,8 @@ mod tests {
     #[test]
     fn normal_helpers_agree() {
         for p in [0.001, 0.02, 0.3, 0.5, 0.9, 0.999] {
-            assert!((normal_cdf(inverse_normal_cdf(p)) - p).abs() < 1e-6);
+            assert!((crate::analysis::bstate::normal_cdf(inverse_normal_cdf(p)) - p).abs() < 1e-6);
         }
-        assert!((normal_cdf(-1.0) - 0.158_655_25).abs() < 1e-7);
+        assert!((crate::analysis::bstate::normal_cdf(-1.0) - 0.158_655_25).abs() < 1e-7);
     }
 }

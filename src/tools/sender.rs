@@ -8,6 +8,7 @@
 use crate::options::{in_range, ArgError};
 use crate::tools::generate::{frame_header, GenerateError, SignalSpec, Synth};
 use crate::vdif::header::Header;
+use crate::vdif::header::{check_datagram_frame_size, check_frame_size};
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::Write;
@@ -25,8 +26,8 @@ const SEND_BATCH: usize = 32;
 
 #[derive(Debug, Error)]
 pub enum SendError {
-    #[error("{name}: {why}")]
-    BadArgument { name: &'static str, why: String },
+    #[error(transparent)]
+    Option(#[from] ArgError),
     #[error(transparent)]
     Generate(#[from] GenerateError),
     #[error("cannot open the socket to {to}: {source}")]
@@ -57,8 +58,8 @@ pub enum DropRule {
 }
 
 /// Parses `S:A-B[,S:A-B][,every:N]`.
-pub fn parse_drops(text: &str) -> Result<Vec<DropRule>, SendError> {
-    let bad = |why: String| SendError::BadArgument { name: "drop", why };
+pub fn parse_drops(text: &str) -> Result<Vec<DropRule>, ArgError> {
+    let bad = |why: String| ArgError::new("drop", why);
     if text.trim().is_empty() {
         return Err(bad(
             "an empty rule drops nothing: give S:A-B (second S from the start, frames A to B) or every:N".into(),
@@ -192,10 +193,38 @@ impl SendConfig {
         }
     }
 
-    /// Checks every option (the signal's too) and builds the configuration; opens nothing.
+    /// Reads the options (a negative count, an address or a drop rule that cannot be read is
+    /// named) and checks the configuration they make; opens nothing.
     pub fn from_options(o: &SendOptions) -> Result<SendConfig, ArgError> {
-        let to = address("to", &o.to)?;
-        if let Some(d) = o.duration {
+        let count = |name, v: i64, least| in_range(name, v, least, i64::MAX, "");
+        let cfg = SendConfig {
+            to: address("to", &o.to)?,
+            spec: o.signal.clone(),
+            duration: o.duration,
+            frames: o.frames.map(|n| count("frames", n, 1)).transpose()?,
+            psn: o.psn,
+            drops: match &o.drop {
+                Some(d) => parse_drops(d)?,
+                None => Vec::new(),
+            },
+            reorder: o.reorder.map(|n| count("reorder", n, 1)).transpose()?,
+            garbage: count("garbage", o.garbage, 0)?,
+            file: o.file.clone(),
+            record_sent: o.record_sent.clone(),
+            pool: count("pool", o.pool, 1)? as usize,
+            cpu: o
+                .cpu
+                .map(|c| in_range("cpu", c, 0, 4095, "a CPU number").map(|c| c as usize))
+                .transpose()?,
+        };
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// Every check of a send, in one place: whoever made the configuration (options from
+    /// Python or the command line, or Rust code), `Sender::start` runs it before anything.
+    pub fn check(&self) -> Result<(), ArgError> {
+        if let Some(d) = self.duration {
             if !(d.is_finite() && d > 0.0) {
                 return Err(ArgError::new(
                     "duration",
@@ -203,84 +232,50 @@ impl SendConfig {
                 ));
             }
         }
-        let frames = o
-            .frames
-            .map(|n| in_range("frames", n, 1, i64::MAX, ""))
-            .transpose()?;
-        if o.duration.is_none() && frames.is_none() && o.file.is_none() {
+        if self.duration.is_none() && self.frames.is_none() && self.file.is_none() {
             return Err(ArgError::new(
                 "duration",
                 "give duration or frames (or a file to replay) to bound what is sent",
             ));
         }
-        let drops = match &o.drop {
-            Some(d) => parse_drops(d).map_err(|e| match e {
-                SendError::BadArgument { why, .. } => ArgError::new("drop", why),
-                other => ArgError::new("drop", other.to_string()),
-            })?,
-            None => Vec::new(),
-        };
-        // A frame travels in one datagram (after the PSN, if any).
-        let most = 65_507 - if o.psn { 8 } else { 0 };
-        if o.file.is_none() && o.signal.frame_size > most {
-            return Err(ArgError::new(
-                "frame_size",
-                format!(
-                    "{} bytes does not fit one UDP datagram: give at most {most}",
-                    o.signal.frame_size
-                ),
-            ));
+        if self.frames == Some(0) || self.reorder == Some(0) || self.pool == 0 {
+            let name = if self.frames == Some(0) {
+                "frames"
+            } else if self.reorder == Some(0) {
+                "reorder"
+            } else {
+                "pool"
+            };
+            return Err(ArgError::new(name, "0 is out of range: give 1 or more"));
         }
-        if let Some(p) = &o.record_sent {
+        if let Some(p) = &self.record_sent {
             if p.as_os_str().is_empty() {
                 return Err(ArgError::new("record_sent", "an empty path names no file"));
             }
         }
-        o.signal.template().map_err(|e| match e {
-            GenerateError::BadArgument { name, value, why } => {
-                ArgError::new(name, format!("{value} is out of range: {why}"))
-            }
-            GenerateError::Invalid { name, why } => ArgError::new(name, why),
-            GenerateError::ToneOutsideBand { .. } => {
-                let text = e.to_string();
-                ArgError::new("tone_mhz", text.trim_start_matches("tone_mhz: "))
-            }
-            other => ArgError::new("signal", other.to_string()),
-        })?;
-        Ok(SendConfig {
-            to,
-            spec: o.signal.clone(),
-            duration: o.duration,
-            frames,
-            psn: o.psn,
-            drops,
-            reorder: o
-                .reorder
-                .map(|n| {
-                    in_range(
-                        "reorder",
-                        n,
-                        1,
-                        i64::MAX,
-                        "every N-th frame is swapped with the next",
-                    )
-                })
-                .transpose()?,
-            garbage: in_range(
-                "garbage",
-                o.garbage,
-                0,
-                i64::MAX,
-                "stray datagrams to mix in",
-            )?,
-            file: o.file.clone(),
-            record_sent: o.record_sent.clone(),
-            pool: in_range("pool", o.pool, 1, 1 << 20, "frame sets in the payload pool")? as usize,
-            cpu: o
-                .cpu
-                .map(|c| in_range("cpu", c, 0, 4095, "a CPU number").map(|c| c as usize))
-                .transpose()?,
-        })
+        if self.file.is_none() {
+            // The signal is generated: its settings, and one frame per datagram.
+            self.spec.template().map_err(signal_error)?;
+            let prefix = if self.psn { 8 } else { 0 };
+            check_datagram_frame_size(self.spec.frame_size, prefix)
+                .map_err(|why| ArgError::new("frame_size", why))?;
+        }
+        Ok(())
+    }
+}
+
+/// A signal setting the generator refuses, named as the user gave it.
+fn signal_error(e: GenerateError) -> ArgError {
+    match e {
+        GenerateError::BadArgument { name, value, why } => {
+            ArgError::new(name, format!("{value} is out of range: {why}"))
+        }
+        GenerateError::Invalid { name, why } => ArgError::new(name, why),
+        GenerateError::ToneOutsideBand { .. } => {
+            let text = e.to_string();
+            ArgError::new("tone_mhz", text.trim_start_matches("tone_mhz: "))
+        }
+        other => ArgError::new("signal", other.to_string()),
     }
 }
 
@@ -534,7 +529,6 @@ struct Job {
 
 impl Job {
     fn prepare(mut cfg: SendConfig) -> Result<Job, SendError> {
-        let bad = |name, why: String| SendError::BadArgument { name, why };
         // Like a real source, start at a whole second of the clock: the next one (unless a
         // start was given, which is sent at once).
         let mut start_at = None;
@@ -546,26 +540,7 @@ impl Job {
             cfg.spec = cfg.spec.starting(cfg.spec.start_at(next as i64));
             start_at = Some(Instant::now() + (Duration::from_secs(next) - now));
         }
-        if cfg.pool == 0 {
-            return Err(bad(
-                "pool",
-                "the payload pool needs at least one frame set".into(),
-            ));
-        }
-        if cfg.reorder == Some(0) {
-            return Err(bad(
-                "reorder",
-                "N must be positive (every N-th frame is swapped with the next)".into(),
-            ));
-        }
-        if let Some(d) = cfg.duration {
-            if !(d.is_finite() && d > 0.0) {
-                return Err(bad(
-                    "duration",
-                    format!("{d} is not a positive number of seconds"),
-                ));
-            }
-        }
+        cfg.check()?;
         let (source, frame_size, per_second) = match &cfg.file {
             Some(path) => {
                 let replay_err = |why: String| SendError::Replay {
@@ -578,9 +553,12 @@ impl Job {
                     unsafe { memmap2::Mmap::map(&file) }.map_err(|e| replay_err(e.to_string()))?;
                 let h = Header::parse_unchecked(&map).map_err(|e| replay_err(e.to_string()))?;
                 let fs = h.frame_size();
-                if fs <= h.header_size() || fs > 65_000 {
+                if fs <= h.header_size() {
                     return Err(replay_err(format!("first frame claims {fs} bytes")));
                 }
+                check_frame_size(fs)
+                    .and_then(|()| check_datagram_frame_size(fs, if cfg.psn { 8 } else { 0 }))
+                    .map_err(|why| replay_err(format!("its first frame: {why}")))?;
                 let frames = (map.len() / fs) as u64;
                 let mut threads = std::collections::BTreeSet::new();
                 for k in 0..frames.min(4096) as usize {
@@ -609,12 +587,6 @@ impl Job {
         }
         if let Source::Replay { frames, .. } = &source {
             total = total.min(*frames);
-        }
-        if total == u64::MAX {
-            return Err(bad(
-                "duration",
-                "give duration or frames (or a file to replay) to bound what is sent".into(),
-            ));
         }
         let domain = if cfg.to.is_ipv6() {
             Domain::IPV6

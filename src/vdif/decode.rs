@@ -17,6 +17,8 @@ pub const EIGHT_BIT_SCALE: f32 = 35.5;
 pub enum DecodeError {
     #[error("{0} bits per sample cannot be decoded: vdifrec decodes 1, 2, 4 and 8 bits")]
     UnsupportedBits(u32),
+    #[error("nchan: a frame holds at least one channel")]
+    NoChannel,
     #[error("output holds {got} values but {needed} are needed")]
     OutputTooSmall { needed: usize, got: usize },
     #[error("values {first}..{end} lie outside a payload of {available} values")]

@@ -14,6 +14,26 @@ pub const HEADER_BYTES: usize = 32;
 /// Size of a legacy header in bytes (words 0–3 only).
 pub const LEGACY_HEADER_BYTES: usize = 16;
 
+/// Largest UDP payload: 65,535 bytes less the 8-byte UDP and 20-byte IPv4 headers.
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// Checks that frames of `bytes` fit one UDP datagram after `offset` bytes (a PSN): the rule
+/// for every frame that travels over UDP (recorded or sent).
+pub fn check_datagram_frame_size(bytes: usize, offset: usize) -> Result<(), String> {
+    let most = (MAX_UDP_PAYLOAD - offset.min(MAX_UDP_PAYLOAD)) / 8 * 8;
+    if bytes > most {
+        return Err(format!(
+            "{bytes} bytes does not fit one UDP datagram{}: give at most {most}",
+            if offset > 0 {
+                format!(" after a {offset}-byte prefix")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a frame rate someone gives, in frames per second per thread: at least one, and
 /// no more than the 24-bit frame number can count. The one rule for a given rate.
 pub fn check_fps(value: i64) -> Result<u32, String> {
@@ -24,6 +44,14 @@ pub fn check_fps(value: i64) -> Result<u32, String> {
         ));
     }
     Ok(value as u32)
+}
+
+/// A frame size someone gives as a whole number (maybe negative): `check_frame_size`'s rule.
+pub fn frame_size_from(value: i64) -> Result<usize, String> {
+    let bytes = usize::try_from(value).unwrap_or(0);
+    check_frame_size(bytes)
+        .map_err(|why| why.replacen(&format!("{bytes} bytes"), &format!("{value} bytes"), 1))?;
+    Ok(bytes)
 }
 
 /// Checks a frame size someone gives (header included): whole 8-byte units, room for a
