@@ -9,7 +9,7 @@ use crate::record::capture::{self, Backend, CaptureSetup};
 pub use crate::record::config::{BackendKind, RecorderConfig, RecorderOptions, Target};
 use crate::record::ring::{RingError, RingMemory};
 use crate::record::shared::Shared;
-use crate::record::stats::{Stats, Summary};
+use crate::record::stats::{Stats, StreamCounts, Summary};
 use crate::record::writer::{self, WriterConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -412,14 +412,8 @@ impl Recorder {
         }
         Summary {
             frames_received: c.frames_received,
-            frames_lost: t.counts.lost,
+            counts: StreamCounts::from(t),
             frames_lost_network: t.counts.lost.saturating_sub(c.kernel_drops),
-            frames_out_of_order: t.counts.out_of_order,
-            frames_duplicate: t.counts.duplicates,
-            frames_invalid: t.counts.invalid,
-            frames_out_of_window: t.out_of_window,
-            frames_late: t.late,
-            time_jumps: t.time_jumps,
             datagrams: c.datagrams,
             datagrams_malformed: c.malformed.total(),
             datagrams_malformed_by_kind: c.malformed,
@@ -503,7 +497,7 @@ mod tests {
         }
         let s = rec.stop();
         assert_eq!(s.frames_received, 2990, "{s:#?}");
-        assert_eq!(s.frames_lost, 10);
+        assert_eq!(s.counts.frames_lost, 10);
         assert!(s.ok(), "{s:#?}");
         assert_eq!(s.bytes_written, 2990 * 8224);
         assert_eq!(

@@ -46,6 +46,33 @@ pub struct CaptureStats {
     pub capture_setup_cpu_s: f64,
 }
 
+/// The stream's counts (see `accounting`) under the names users see: one mapping, shared by
+/// the summary and the live statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StreamCounts {
+    pub frames_lost: u64,
+    pub frames_out_of_order: u64,
+    pub frames_duplicate: u64,
+    pub frames_invalid: u64,
+    pub frames_out_of_window: u64,
+    pub frames_late: u64,
+    pub time_jumps: u64,
+}
+
+impl From<&Totals> for StreamCounts {
+    fn from(t: &Totals) -> StreamCounts {
+        StreamCounts {
+            frames_lost: t.counts.lost,
+            frames_out_of_order: t.counts.out_of_order,
+            frames_duplicate: t.counts.duplicates,
+            frames_invalid: t.counts.invalid,
+            frames_out_of_window: t.out_of_window,
+            frames_late: t.late,
+            time_jumps: t.time_jumps,
+        }
+    }
+}
+
 /// One completed VDIF second, with the recording's counters when it completed.
 #[derive(Clone, Debug, Serialize)]
 pub struct RecordRow {
@@ -75,15 +102,10 @@ pub struct FileRecord {
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     pub frames_received: u64,
-    pub frames_lost: u64,
+    #[serde(flatten)]
+    pub counts: StreamCounts,
     /// Lost frames beyond what the kernel reported dropping: the network's or the sender's.
     pub frames_lost_network: u64,
-    pub frames_out_of_order: u64,
-    pub frames_duplicate: u64,
-    pub frames_invalid: u64,
-    pub frames_out_of_window: u64,
-    pub frames_late: u64,
-    pub time_jumps: u64,
     pub datagrams: u64,
     pub datagrams_malformed: u64,
     pub datagrams_malformed_by_kind: MalformedCounts,
@@ -157,14 +179,8 @@ impl Serialize for Stats {
             elapsed_s: self.elapsed_s,
             datagrams: c.datagrams,
             frames_received: c.frames_received,
-            frames_lost: t.counts.lost,
+            counts: StreamCounts::from(t),
             frames_expected: t.counts.expected,
-            frames_out_of_order: t.counts.out_of_order,
-            frames_duplicate: t.counts.duplicates,
-            frames_invalid: t.counts.invalid,
-            frames_out_of_window: t.out_of_window,
-            frames_late: t.late,
-            time_jumps: t.time_jumps,
             threads: t.threads,
             datagrams_malformed: c.malformed.total(),
             datagrams_malformed_by_kind: &c.malformed,
@@ -202,14 +218,9 @@ struct StatsShape<'a> {
     elapsed_s: f64,
     datagrams: u64,
     frames_received: u64,
-    frames_lost: u64,
+    #[serde(flatten)]
+    counts: StreamCounts,
     frames_expected: u64,
-    frames_out_of_order: u64,
-    frames_duplicate: u64,
-    frames_invalid: u64,
-    frames_out_of_window: u64,
-    frames_late: u64,
-    time_jumps: u64,
     threads: u32,
     datagrams_malformed: u64,
     datagrams_malformed_by_kind: &'a MalformedCounts,
