@@ -131,7 +131,7 @@ class Recorder:
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> Recorder:
-        """Binds the socket and allocates the ring; returns when both are ready."""
+        """Allocates, maps and locks the ring, then binds the socket; returns when both are ready."""
         host, port = self._core.start()
         self.address = (host, port)
         return self

@@ -44,6 +44,27 @@ impl CrossSums {
     }
 }
 
+/// The fringe between input `ia` of `a` and input `ib` of `b` (or of `a` itself), each a
+/// frame source and the header that lays its frames out, from sample `start`, over at most
+/// `nint` FFTs.
+#[allow(clippy::too_many_arguments)]
+pub fn fringe_of(
+    a: (&dyn FrameSource, &crate::vdif::Header),
+    b: Option<(&dyn FrameSource, &crate::vdif::Header)>,
+    ia: usize,
+    ib: usize,
+    nfft: usize,
+    start: usize,
+    nint: Option<u64>,
+) -> Result<Fringe, SpectrumError> {
+    let la = FrameLayout::of(a.1)?;
+    let lb = b.map(|(_, h)| FrameLayout::of(h)).transpose()?;
+    let mut acc = CrossAccumulator::new(nfft, la.complex)?;
+    let other = b.zip(lb.as_ref()).map(|((src, _), l)| (src, l, ib));
+    acc.add_frames((a.0, &la, ia), other, ib, start, nint);
+    acc.fringe()
+}
+
 /// The result of a fringe search.
 #[derive(Clone, Debug, Serialize)]
 pub struct Fringe {

@@ -212,6 +212,21 @@ pub(crate) fn parallel<R: Send>(segments: usize, job: impl Fn(usize, usize) -> R
     })
 }
 
+/// Autospectra of every input (thread × channel) of the frames of `src`, laid out as `header`
+/// says, from sample `start`, of at most `nint` FFTs (all there are by default).
+pub fn spectra_of(
+    src: &dyn FrameSource,
+    header: &crate::vdif::Header,
+    nfft: usize,
+    start: usize,
+    nint: Option<u64>,
+) -> Result<SpectrumAccumulator, SpectrumError> {
+    let layout = FrameLayout::of(header)?;
+    let mut acc = SpectrumAccumulator::new(nfft, src.threads() * layout.nchan, layout.complex)?;
+    acc.add_frames(src, &layout, start, nint);
+    Ok(acc)
+}
+
 /// Frames of a VDIF stream by thread and frame set, decoded a segment at a time.
 pub trait FrameSource: Sync {
     /// Frame sets (one frame per thread) available.
@@ -244,6 +259,17 @@ struct PairLut {
 }
 
 impl FrameLayout {
+    /// The layout of frames with this header.
+    pub fn of(h: &crate::vdif::Header) -> Result<FrameLayout, SpectrumError> {
+        FrameLayout::new(
+            h.samples_per_frame(),
+            h.nchan() as usize,
+            h.bits(),
+            h.is_complex(),
+        )
+        .map_err(|e| SpectrumError::Layout(e.to_string()))
+    }
+
     pub fn new(
         spf: usize,
         nchan: usize,
@@ -614,6 +640,11 @@ impl SpectrumAccumulator {
             }
         }
         self.segments += segments as u64;
+    }
+
+    /// Inputs (threads × channels) summed separately.
+    pub fn inputs(&self) -> usize {
+        self.inputs
     }
 
     pub fn segments(&self) -> u64 {

@@ -4,8 +4,8 @@
 use super::errors::{check_err, decode_err, header_err, spectrum_err};
 use super::to_json;
 use crate::analysis::check::{check_file, CheckOptions};
-use crate::analysis::fringe::{CrossAccumulator, Fringe};
-use crate::analysis::spectrum::{FrameLayout, FrameRows, FrameSource, SpectrumAccumulator};
+use crate::analysis::fringe::{fringe_of, CrossAccumulator, Fringe};
+use crate::analysis::spectrum::{spectra_of, FrameRows, FrameSource, SpectrumAccumulator};
 use crate::vdif::header::Header as CoreHeader;
 use numpy::{PyArray1, PyArray2, PyReadonlyArray2};
 use pyo3::exceptions::PyValueError;
@@ -148,23 +148,12 @@ pub(crate) fn fringe_tuple(py: Python<'_>, f: Fringe) -> PyResult<FringeTuple<'_
     ))
 }
 
-pub(crate) fn layout_of(h: &CoreHeader) -> PyResult<FrameLayout> {
-    FrameLayout::new(
-        h.samples_per_frame(),
-        h.nchan() as usize,
-        h.bits(),
-        h.is_complex(),
-    )
-    .map_err(decode_err)
-}
-
 pub(crate) fn power_array<'py>(
     py: Python<'py>,
     acc: &SpectrumAccumulator,
-    inputs: usize,
-    nfft: usize,
 ) -> PyResult<Bound<'py, PyArray2<f64>>> {
-    let arr = numpy::ndarray::Array2::from_shape_vec((inputs, nfft), acc.power())
+    let shape = (acc.inputs(), acc.power().len() / acc.inputs().max(1));
+    let arr = numpy::ndarray::Array2::from_shape_vec(shape, acc.power())
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(numpy::IntoPyArray::into_pyarray(arr, py))
 }
@@ -199,11 +188,10 @@ fn spectrum_frames<'py>(
 ) -> PyResult<(Bound<'py, PyArray2<f64>>, u64, Vec<u32>)> {
     let rows = rows_of(&frames)?;
     let (src, ids, h) = frame_rows(&rows)?;
-    let layout = layout_of(&h)?;
-    let inputs = ids.len() * layout.nchan;
-    let mut acc = SpectrumAccumulator::new(nfft, inputs, layout.complex).map_err(spectrum_err)?;
-    let segments = py.detach(|| acc.add_frames(&src, &layout, 0, nint));
-    Ok((power_array(py, &acc, inputs, nfft)?, segments, ids))
+    let acc = py
+        .detach(|| spectra_of(&src, &h, nfft, 0, nint))
+        .map_err(spectrum_err)?;
+    Ok((power_array(py, &acc)?, acc.segments(), ids))
 }
 
 /// Fringe between input `ia` of frames `a` and input `ib` of `b` (or of `a` when b is None).
@@ -220,22 +208,14 @@ fn cross_frames<'py>(
 ) -> PyResult<FringeTuple<'py>> {
     let rows_a = rows_of(&a)?;
     let (src_a, _, ha) = frame_rows(&rows_a)?;
-    let la = layout_of(&ha)?;
     let rows_b = b.as_ref().map(rows_of).transpose()?;
     let parsed_b = rows_b.as_deref().map(frame_rows).transpose()?;
-    let lb = parsed_b
-        .as_ref()
-        .map(|(_, _, h)| layout_of(h))
-        .transpose()?;
-    let mut acc = CrossAccumulator::new(nfft, la.complex).map_err(spectrum_err)?;
     let f = py
         .detach(|| {
             let other = parsed_b
                 .as_ref()
-                .zip(lb.as_ref())
-                .map(|((src, _, _), l)| (src as &dyn FrameSource, l, ib));
-            acc.add_frames((&src_a, &la, ia), other, ib, 0, nint);
-            acc.fringe()
+                .map(|(src, _, h)| (src as &dyn FrameSource, h));
+            fringe_of((&src_a, &ha), other, ia, ib, nfft, 0, nint)
         })
         .map_err(spectrum_err)?;
     fringe_tuple(py, f)

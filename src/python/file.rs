@@ -2,11 +2,11 @@
 //! parallel, its spectra and fringes, its frames as a zero-copy array; and the decoding of
 //! frames from anywhere (a live view).
 
-use super::analysis::{fringe_tuple, layout_of, power_array, FringeTuple};
+use super::analysis::{fringe_tuple, power_array, FringeTuple};
 use super::errors::{decode_err, file_err, spectrum_err};
 use super::header::PyHeader;
-use crate::analysis::fringe::CrossAccumulator;
-use crate::analysis::spectrum::{FrameSource, SpectrumAccumulator};
+use crate::analysis::fringe::fringe_of;
+use crate::analysis::spectrum::{spectra_of, FrameSource};
 use crate::vdif::decode::{DecodeError, Decoder};
 use crate::vdif::file::VdifFile;
 use numpy::ndarray::ArrayView2;
@@ -99,13 +99,11 @@ impl FileReader {
         start: usize,
         nint: Option<u64>,
     ) -> PyResult<(Bound<'py, PyArray2<f64>>, u64)> {
-        let info = self.file.info();
-        let layout = layout_of(&info.header0)?;
-        let inputs = info.thread_ids.len() * layout.nchan;
-        let mut acc =
-            SpectrumAccumulator::new(nfft, inputs, layout.complex).map_err(spectrum_err)?;
-        let segments = py.detach(|| acc.add_frames(&self.file, &layout, start, nint));
-        Ok((power_array(py, &acc, inputs, nfft)?, segments))
+        let header = self.file.info().header0;
+        let acc = py
+            .detach(|| spectra_of(&self.file, &header, nfft, start, nint))
+            .map_err(spectrum_err)?;
+        Ok((power_array(py, &acc)?, acc.segments()))
     }
 
     /// Fringe between input `ia` of this file and input `ib` of `other` (or of this file).
@@ -121,20 +119,19 @@ impl FileReader {
         start: usize,
         nint: Option<u64>,
     ) -> PyResult<FringeTuple<'py>> {
-        let la = layout_of(&self.file.info().header0)?;
-        let lb = other
-            .as_ref()
-            .map(|o| layout_of(&o.file.info().header0))
-            .transpose()?;
-        let mut acc = CrossAccumulator::new(nfft, la.complex).map_err(spectrum_err)?;
-        let other_file = other.as_ref().map(|o| &o.file);
+        let a = (&self.file, self.file.info().header0);
+        let b = other.as_ref().map(|o| (&o.file, o.file.info().header0));
         let f = py
             .detach(|| {
-                let b = other_file
-                    .zip(lb.as_ref())
-                    .map(|(f, l)| (f as &dyn FrameSource, l, ib));
-                acc.add_frames((&self.file, &la, ia), b, ib, start, nint);
-                acc.fringe()
+                fringe_of(
+                    (a.0 as &dyn FrameSource, &a.1),
+                    b.as_ref().map(|(f, h)| (*f as &dyn FrameSource, h)),
+                    ia,
+                    ib,
+                    nfft,
+                    start,
+                    nint,
+                )
             })
             .map_err(spectrum_err)?;
         fringe_tuple(py, f)
