@@ -6,7 +6,9 @@ use crate::options::{self, in_range, ArgError, Size};
 use crate::record::capture::udp::MAX_OFFSET;
 use crate::record::ring;
 use crate::units::format_size;
-use crate::vdif::header::{check_datagram_frame_size, check_fps, frame_size_from};
+use crate::vdif::header::{
+    check_datagram_frame_size, check_fps, check_frame_size, frame_size_from,
+};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -216,21 +218,13 @@ impl RecorderConfig {
             None => None,
         };
         let target = target(o)?;
-        let offset = in_range(
-            "offset",
-            o.offset,
-            0,
-            MAX_OFFSET as i64,
-            "8 for a packet sequence number",
-        )? as usize;
-        if o.psn && offset < 8 {
-            return Err(ArgError::new(
-                "psn",
-                format!("the 8-byte packet sequence number needs offset 8, not {offset}"),
-            ));
-        }
+        let offset = offset(o.offset)?;
         let frame_size = match o.frame_size {
-            Some(fs) => Some(udp_frame_size(fs, offset)?),
+            // A negative size is refused here; `check` applies the datagram's limit and the
+            // format's rule to the rest.
+            Some(fs) => Some(usize::try_from(fs).map_err(|_| {
+                ArgError::new("frame_size", frame_size_from(fs).err().unwrap_or_default())
+            })?),
             None => None,
         };
         let fps = match o.fps {
@@ -238,7 +232,6 @@ impl RecorderConfig {
             None => None,
         };
         let ring_bytes = o.ring.get("ring")?;
-        check_ring(ring_bytes, frame_size, o.huge_pages, check_memory)?;
         let file_size = positive_size("file_size", &o.file_size, MIN_FILE_SIZE)?;
         let rcvbuf = o.rcvbuf.get("rcvbuf")?;
         if rcvbuf == 0 || rcvbuf > i32::MAX as u64 {
@@ -259,13 +252,7 @@ impl RecorderConfig {
             None => None,
         };
         let backend = backend(o)?;
-        if backend != BackendKind::Udp && port == 0 {
-            return Err(ArgError::new(
-                "port",
-                "the afpacket and pfring backends select packets by port: give the stream's UDP port",
-            ));
-        }
-        Ok(RecorderConfig {
+        let config = RecorderConfig {
             bind,
             port,
             multicast,
@@ -293,7 +280,42 @@ impl RecorderConfig {
                 .as_deref()
                 .map(|s| options::listen_address("status_listen", s))
                 .transpose()?,
-        })
+        };
+        config.check(check_memory)?;
+        Ok(config)
+    }
+
+    /// The rules that join options, or that a configuration made in Rust could break: a PSN
+    /// needs its 8 bytes, a given frame size must fit a datagram after the offset, the ring
+    /// must hold its frames (and, with `check_memory`, fit the memory available), the raw
+    /// backends need a port. `from_options` and `Recorder::start` both run it.
+    pub fn check(&self, check_memory: bool) -> Result<(), ArgError> {
+        offset(self.offset as i64)?;
+        if self.psn && self.offset < 8 {
+            return Err(ArgError::new(
+                "psn",
+                format!(
+                    "the 8-byte packet sequence number needs offset 8, not {}",
+                    self.offset
+                ),
+            ));
+        }
+        if let Some(fs) = self.frame_size {
+            udp_frame_size(fs, self.offset)?;
+        }
+        check_ring(
+            self.ring_bytes,
+            self.frame_size,
+            self.huge_pages,
+            check_memory,
+        )?;
+        if self.backend != BackendKind::Udp && self.port == 0 {
+            return Err(ArgError::new(
+                "port",
+                "the afpacket and pfring backends select packets by port: give the stream's UDP port",
+            ));
+        }
+        Ok(())
     }
 
     /// Where the stream is taken from, for the operator: `ADDRESS:PORT` for the udp backend,
@@ -308,15 +330,22 @@ impl RecorderConfig {
     }
 }
 
+/// Bytes stripped before each frame: up to `MAX_OFFSET`.
+fn offset(value: i64) -> Result<usize, ArgError> {
+    Ok(in_range(
+        "offset",
+        value,
+        0,
+        MAX_OFFSET as i64,
+        "8 for a packet sequence number",
+    )? as usize)
+}
+
 /// A frame size that is a VDIF frame and fits one UDP datagram after `offset` bytes.
-fn udp_frame_size(value: i64, offset: usize) -> Result<usize, ArgError> {
+fn udp_frame_size(bytes: usize, offset: usize) -> Result<(), ArgError> {
     let invalid = |why| ArgError::new("frame_size", why);
-    // The datagram's limit first: it is the tighter bound, and the one to tell.
-    if let Ok(bytes) = usize::try_from(value) {
-        check_datagram_frame_size(bytes, offset).map_err(invalid)?;
-    }
-    let fs = frame_size_from(value).map_err(invalid)?;
-    Ok(fs)
+    check_datagram_frame_size(bytes, offset).map_err(invalid)?;
+    check_frame_size(bytes).map_err(invalid)
 }
 
 fn positive_size(name: &str, v: &Option<Size>, least: u64) -> Result<Option<u64>, ArgError> {

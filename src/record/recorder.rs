@@ -195,6 +195,8 @@ impl Recorder {
     /// Binds the socket, reserves the ring and starts the threads; returns once the socket
     /// is bound and the ring memory is allocated.
     pub fn start(mut config: RecorderConfig) -> Result<Recorder, RecordError> {
+        // A configuration made in Rust gets the same checks as one made from options.
+        config.check(true)?;
         if let Some(t) = &config.target {
             check_target(t)?;
         }
@@ -480,6 +482,7 @@ mod tests {
         let mut rec = Recorder::start(RecorderConfig {
             target: Some(Target::File(out.clone())),
             ring_bytes: 16 << 20,
+            frame_size: Some(8224),
             ..Default::default()
         })
         .unwrap();
@@ -510,6 +513,29 @@ mod tests {
     }
 
     #[test]
+    fn a_configuration_made_in_rust_is_checked_at_start() {
+        let bad = |c: RecorderConfig| match Recorder::start(c) {
+            Err(RecordError::BadArgument(e)) => e.name,
+            other => panic!("expected a bad argument, got {:?}", other.map(|_| ())),
+        };
+        let psn = RecorderConfig {
+            psn: true,
+            ..Default::default()
+        };
+        assert_eq!(bad(psn), "psn");
+        let small = RecorderConfig {
+            ring_bytes: 4 << 20,
+            ..Default::default()
+        };
+        assert_eq!(bad(small), "ring");
+        let huge_frame = RecorderConfig {
+            frame_size: Some(65_512),
+            ..Default::default()
+        };
+        assert_eq!(bad(huge_frame), "frame_size");
+    }
+
+    #[test]
     fn stop_without_data_is_clean_and_prompt() {
         let mut rec = Recorder::start(RecorderConfig {
             target: Some(Target::Dir {
@@ -517,6 +543,7 @@ mod tests {
                 prefix: "idle".into(),
             }),
             ring_bytes: 4 << 20,
+            frame_size: Some(8224),
             ..Default::default()
         })
         .unwrap();
