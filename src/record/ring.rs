@@ -97,9 +97,35 @@ fn huge_unit(frame_size: usize) -> u64 {
 /// Whether a ring of `bytes` will be on huge pages: asked for, the frame size known, a whole
 /// huge-page run of it fits, and enough huge pages are free.
 pub fn uses_huge_pages(bytes: u64, want_huge: bool, frame_size: Option<usize>) -> bool {
-    want_huge
-        && frame_size.is_some_and(|fs| bytes.next_multiple_of(HUGE_PAGE) >= huge_unit(fs))
-        && huge_pages_cover(bytes)
+    why_not_huge_pages(bytes, want_huge, frame_size).is_none()
+}
+
+/// Why a ring of `bytes` will not be on huge pages, for the operator; None when it will be.
+/// The one place the choice is made (the memfd's creation may still fail, and says so).
+fn why_not_huge_pages(bytes: u64, want_huge: bool, frame_size: Option<usize>) -> Option<String> {
+    if !want_huge {
+        return Some("huge pages: not asked for".into());
+    }
+    let Some(fs) = frame_size else {
+        return Some("huge pages: used only when the frame size is given (it decides how the ring is laid out in them); using 4 KiB pages".into());
+    };
+    let unit = huge_unit(fs);
+    if bytes.next_multiple_of(HUGE_PAGE) < unit {
+        return Some(format!(
+            "huge pages: a {} MiB ring holds no run of {fs}-byte frames that is whole huge pages ({} MiB); using 4 KiB pages",
+            bytes >> 20,
+            unit >> 20
+        ));
+    }
+    if !huge_pages_cover(bytes) {
+        let free = huge_pages_free().unwrap_or(0) * HUGE_PAGE;
+        return Some(format!(
+            "huge pages: {} MiB free, {} MiB needed; using 4 KiB pages (reserve with `sysctl vm.nr_hugepages=N`)",
+            free >> 20,
+            bytes.next_multiple_of(HUGE_PAGE) >> 20
+        ));
+    }
+    None
 }
 
 /// The smallest ring that frames of `frame_size` can be laid out in on 4 KiB pages: one
@@ -163,27 +189,8 @@ impl RingMemory {
                 memfd(rounded, false).map_err(|source| RingError::Alloc { bytes, source })?;
             Ok((file, rounded, false, note))
         };
-        if !want_huge {
-            return small("huge pages: not asked for".into());
-        }
-        let Some(fs) = frame_size else {
-            return small("huge pages: used only when the frame size is given (it decides how the ring is laid out in them); using 4 KiB pages".into());
-        };
-        let unit = huge_unit(fs);
-        if bytes.next_multiple_of(HUGE_PAGE) < unit {
-            return small(format!(
-                "huge pages: a {} MiB ring holds no run of {fs}-byte frames that is whole huge pages ({} MiB); using 4 KiB pages",
-                bytes >> 20,
-                unit >> 20
-            ));
-        }
-        if !huge_pages_cover(bytes) {
-            let free = huge_pages_free().unwrap_or(0) * HUGE_PAGE;
-            return small(format!(
-                "huge pages: {} MiB free, {} MiB needed; using 4 KiB pages (reserve with `sysctl vm.nr_hugepages=N`)",
-                free >> 20,
-                bytes.next_multiple_of(HUGE_PAGE) >> 20
-            ));
+        if let Some(note) = why_not_huge_pages(bytes, want_huge, frame_size) {
+            return small(note);
         }
         let rounded = bytes.next_multiple_of(HUGE_PAGE);
         match memfd(rounded, true) {

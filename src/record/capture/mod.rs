@@ -221,10 +221,7 @@ impl Capture {
                 into_ring: true,
             };
         }
-        if self.scratch.len() < BATCH * f.frame_size {
-            // Only when the frame size was learned: once per recording.
-            self.scratch.resize(BATCH * f.frame_size, 0);
-        }
+        // The scratch buffer holds a batch: sized at set-up, or when the frame size was learned.
         Batch {
             dst: self.scratch.as_mut_ptr(),
             stride: f.frame_size,
