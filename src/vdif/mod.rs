@@ -3,6 +3,7 @@
 pub mod decode;
 pub mod file;
 pub mod header;
+pub mod layout;
 pub mod time;
 
 pub use decode::{DecodeError, Decoder};
