@@ -12,6 +12,7 @@ pub mod accounting;
 pub mod capture;
 pub mod classify;
 pub mod config;
+pub mod diskio;
 pub mod recorder;
 pub mod ring;
 pub mod shared;

@@ -10,14 +10,14 @@
 //! recording; what was buffered but not written is then `bytes_dropped_disk`.
 
 use crate::record::config::Target;
+use crate::record::diskio::{self, Budget, Fault, FaultKind};
 use crate::record::ring::Ring;
 use crate::record::shared::Shared;
 use crate::record::stats::FileRecord;
 use crate::vdif::header::Header;
 use crate::vdif::time::{utc_unix, Utc};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -168,13 +168,11 @@ impl Writer {
         let mut path = self.next_path();
         let mut attempt = 0;
         loop {
-            match open_file(&path, self.cfg.direct) {
+            match diskio::create_new(&path, self.cfg.direct) {
                 Ok((file, direct, note)) => {
-                    if let Some(n) = note {
-                        if !self.direct_note_given {
-                            self.shared.note(n);
-                            self.direct_note_given = true;
-                        }
+                    if !self.direct_note_given {
+                        self.shared.note(note);
+                        self.direct_note_given = true;
                     }
                     self.shared
                         .set_current_file(Some(path.display().to_string()));
@@ -208,25 +206,27 @@ impl Writer {
         let len = n * fs;
         if tail && f.direct {
             // The last partial run cannot be written with O_DIRECT.
-            set_direct(&f.file, false).map_err(|e| format!("{}: {e}", f.path.display()))?;
+            diskio::set_direct(&f.file, false).map_err(|e| format!("{}: {e}", f.path.display()))?;
             f.direct = false;
         }
         if offset + len > f.preallocated_to {
             let want = PREALLOCATE_BYTES.max(len);
-            // SAFETY: fallocate on our open file; failure only loses the preallocation.
-            let rc = unsafe {
-                libc::fallocate(
-                    f.file.as_raw_fd(),
-                    libc::FALLOC_FL_KEEP_SIZE,
-                    offset as libc::off_t,
-                    want as libc::off_t,
-                )
+            f.preallocated_to = if diskio::preallocate(&f.file, offset, want) {
+                offset + want
+            } else {
+                u64::MAX
             };
-            f.preallocated_to = if rc == 0 { offset + want } else { u64::MAX };
         }
         // SAFETY: frames read..read+n are published and ours until released below.
         let data = unsafe { self.ring.frames(self.read, n) };
-        let result = write_all_at(f, data, offset, &self.cfg, self.written_total);
+        let budget = Budget {
+            fault: self.cfg.disk_limit.map(|after| Fault {
+                kind: FaultKind::Full,
+                after,
+            }),
+            used: self.written_total,
+        };
+        let result = diskio::write_all_at(&f.file, &mut f.direct, data, offset, budget);
         let done = match result {
             Ok(()) => len,
             Err((written, e)) => {
@@ -273,129 +273,17 @@ impl Writer {
         };
         let fs = self.ring.frame_size() as u64;
         let size = f.frames * fs;
-        let fd = f.file.as_raw_fd();
-        // SAFETY: calls on our own descriptor.
-        let sync = unsafe {
-            // Give back what the preallocation reserved past the end.
-            libc::ftruncate(fd, size as libc::off_t);
-            libc::fdatasync(fd)
-        };
+        let sync = diskio::finish(&f.file, size);
         self.shared.add_file(FileRecord {
             path: f.path.display().to_string(),
             bytes: size,
         });
         self.shared.set_current_file(None);
-        if sync != 0 {
-            return Err(format!(
-                "fdatasync of {} failed: {}",
-                f.path.display(),
-                std::io::Error::last_os_error()
-            ));
+        if let Err(e) = sync {
+            return Err(format!("fdatasync of {} failed: {e}", f.path.display()));
         }
         Ok(())
     }
-}
-
-/// Opens a new file; O_DIRECT when asked and the file system allows it.
-fn open_file(path: &Path, direct: bool) -> std::io::Result<(File, bool, Option<String>)> {
-    let mut opts = OpenOptions::new();
-    opts.write(true).create_new(true);
-    if direct {
-        match opts.clone().custom_flags(libc::O_DIRECT).open(path) {
-            Ok(f) => return Ok((f, true, Some("disk: O_DIRECT writes".into()))),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                let f = opts.open(path)?;
-                return Ok((
-                    f,
-                    false,
-                    Some(format!(
-                        "disk: the file system of {} does not allow O_DIRECT; buffered writes with early write-back",
-                        path.parent().unwrap_or(Path::new(".")).display()
-                    )),
-                ));
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok((
-        opts.open(path)?,
-        false,
-        Some("disk: buffered writes (O_DIRECT off)".into()),
-    ))
-}
-
-fn set_direct(file: &File, on: bool) -> std::io::Result<()> {
-    let fd = file.as_raw_fd();
-    // SAFETY: reading and setting the status flags of our own descriptor.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        let new = if on {
-            flags | libc::O_DIRECT
-        } else {
-            flags & !libc::O_DIRECT
-        };
-        if libc::fcntl(fd, libc::F_SETFL, new) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// Writes all of `data` at `offset`; on failure returns how many bytes did get written.
-fn write_all_at(
-    f: &mut OpenFile,
-    data: &[u8],
-    offset: u64,
-    cfg: &WriterConfig,
-    written_before: u64,
-) -> Result<(), (u64, std::io::Error)> {
-    let mut done = 0usize;
-    while done < data.len() {
-        let mut len = data.len() - done;
-        if let Some(limit) = cfg.disk_limit {
-            let left = limit.saturating_sub(written_before + done as u64) as usize;
-            if left == 0 {
-                return Err((done as u64, std::io::Error::from_raw_os_error(libc::ENOSPC)));
-            }
-            // A full disk takes what fits (in whole blocks under O_DIRECT).
-            len = len.min(left);
-            if f.direct {
-                len = len / 4096 * 4096;
-                if len == 0 {
-                    return Err((done as u64, std::io::Error::from_raw_os_error(libc::ENOSPC)));
-                }
-            }
-        }
-        // SAFETY: writing from a valid slice to our own descriptor.
-        let rc = unsafe {
-            libc::pwrite(
-                f.file.as_raw_fd(),
-                data[done..].as_ptr() as *const libc::c_void,
-                len,
-                (offset + done as u64) as libc::off_t,
-            )
-        };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EINVAL) if f.direct => {
-                    // Some file systems accept O_DIRECT at open and refuse the writes.
-                    if set_direct(&f.file, false).is_ok() {
-                        f.direct = false;
-                        continue;
-                    }
-                    return Err((done as u64, e));
-                }
-                _ => return Err((done as u64, e)),
-            }
-        }
-        if rc == 0 {
-            return Err((done as u64, std::io::Error::from_raw_os_error(libc::ENOSPC)));
-        }
-        done += rc as usize;
-    }
-    Ok(())
 }
 
 /// Buffered mode: start write-back of what was just written, wait for the previous range and

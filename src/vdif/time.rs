@@ -149,6 +149,89 @@ pub fn epoch_and_seconds(unix_seconds: i64) -> (u32, u32) {
     (epoch, seconds)
 }
 
+/// Parses a UTC time as operators write it: ISO 8601 (`2026-11-30T22:48:47.5`, optional `Z`),
+/// VLBI day-of-year (`2026y334d22h48m47.5s`, as jive5ab and the Field System write it), or POSIX
+/// seconds (`1796078927.5`). The fraction is kept apart from the whole seconds so that frame
+/// boundaries are exact.
+pub fn parse_utc(text: &str) -> Result<VdifTime, String> {
+    let t = text.trim();
+    let bad = || {
+        format!(
+            "{text:?} is not a UTC time: write 2026-11-30T22:48:47.5, 2026y334d22h48m47.5s or POSIX seconds"
+        )
+    };
+    let split_fraction = |s: &str| -> Result<(i64, f64), String> {
+        let (whole, frac) = match s.split_once('.') {
+            Some((w, f)) if !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()) => {
+                (w, format!("0.{f}").parse::<f64>().map_err(|_| bad())?)
+            }
+            Some(_) => return Err(bad()),
+            None => (s, 0.0),
+        };
+        if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        Ok((whole.parse().map_err(|_| bad())?, frac))
+    };
+    let number = |s: &str| -> Result<i64, String> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        s.parse().map_err(|_| bad())
+    };
+    let in_range = |v: i64, lo: i64, hi: i64| {
+        if (lo..=hi).contains(&v) {
+            Ok(v)
+        } else {
+            Err(bad())
+        }
+    };
+    if let Some((date, clock)) = t.split_once('T') {
+        let clock = clock.strip_suffix('Z').unwrap_or(clock);
+        let d: Vec<&str> = date.split('-').collect();
+        let c: Vec<&str> = clock.split(':').collect();
+        if d.len() != 3 || c.len() != 3 {
+            return Err(bad());
+        }
+        let (y, m, day) = (
+            number(d[0])?,
+            in_range(number(d[1])?, 1, 12)?,
+            in_range(number(d[2])?, 1, 31)?,
+        );
+        let (h, mi) = (
+            in_range(number(c[0])?, 0, 23)?,
+            in_range(number(c[1])?, 0, 59)?,
+        );
+        let (s, frac) = split_fraction(c[2])?;
+        let s = in_range(s, 0, 60)?;
+        let days = days_from_civil(y, m as u32, day as u32);
+        return Ok(VdifTime {
+            unix_seconds: days * 86_400 + h * 3600 + mi * 60 + s,
+            fraction: frac,
+        });
+    }
+    if let Some(rest) = t.strip_suffix('s').filter(|r| r.contains('y')) {
+        let (y, rest) = rest.split_once('y').ok_or_else(bad)?;
+        let (doy, rest) = rest.split_once('d').ok_or_else(bad)?;
+        let (h, rest) = rest.split_once('h').ok_or_else(bad)?;
+        let (mi, s) = rest.split_once('m').ok_or_else(bad)?;
+        let (y, doy) = (number(y)?, in_range(number(doy)?, 1, 366)?);
+        let (h, mi) = (in_range(number(h)?, 0, 23)?, in_range(number(mi)?, 0, 59)?);
+        let (s, frac) = split_fraction(s)?;
+        let s = in_range(s, 0, 60)?;
+        let days = days_from_civil(y, 1, 1) + doy - 1;
+        return Ok(VdifTime {
+            unix_seconds: days * 86_400 + h * 3600 + mi * 60 + s,
+            fraction: frac,
+        });
+    }
+    let (s, frac) = split_fraction(t)?;
+    Ok(VdifTime {
+        unix_seconds: s,
+        fraction: frac,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,6 +268,33 @@ mod tests {
         for days in (-800_000..800_000).step_by(997) {
             let (y, m, d) = civil_from_days(days);
             assert_eq!(days_from_civil(y, m, d), days);
+        }
+    }
+
+    #[test]
+    fn utc_times_in_the_three_forms_operators_write() {
+        let want = days_from_civil(2026, 11, 30) * 86_400 + 22 * 3600 + 48 * 60 + 47;
+        for text in [
+            "2026-11-30T22:48:47",
+            "2026-11-30T22:48:47Z",
+            "2026y334d22h48m47s",
+        ] {
+            let t = parse_utc(text).unwrap();
+            assert_eq!((t.unix_seconds, t.fraction), (want, 0.0), "{text}");
+        }
+        let t = parse_utc("2026y334d22h48m47.25s").unwrap();
+        assert_eq!((t.unix_seconds, t.fraction), (want, 0.25));
+        let t = parse_utc(&format!("{want}.5")).unwrap();
+        assert_eq!((t.unix_seconds, t.fraction), (want, 0.5));
+        for bad in [
+            "",
+            "soon",
+            "2026-13-01T00:00:00",
+            "2026y334d25h00m00s",
+            "1.2.3",
+            "-5",
+        ] {
+            assert!(parse_utc(bad).is_err(), "{bad}");
         }
     }
 }
