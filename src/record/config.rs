@@ -4,11 +4,14 @@
 
 use crate::options::{self, in_range, ArgError, Size};
 use crate::record::capture::udp::MAX_OFFSET;
+use crate::record::diskio::Fault;
 use crate::record::ring;
+use crate::record::scan::ScanSetup;
 use crate::units::format_size;
 use crate::vdif::header::{
     check_datagram_frame_size, check_fps, check_frame_size, frame_size_from,
 };
+use crate::vdif::layout::Format;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -79,6 +82,19 @@ pub struct RecorderOptions {
     pub big_endian: bool,
     /// Serve GET /status and /metrics here (`HOST:PORT`, or `PORT` for localhost).
     pub status_listen: Option<String>,
+    /// Directories (one per disk) that scans are written to; none: no scans.
+    pub disks: Vec<PathBuf>,
+    /// Layout of scans on the disks: `file`, `vbs` or `mk6` (None: file on one disk, vbs on
+    /// several).
+    pub format: Option<String>,
+    /// vbs chunk or mk6 block size, rounded to whole runs of 128 frames (None: 256 MiB for
+    /// vbs, 8 MiB for mk6).
+    pub chunk_size: Option<Size>,
+    /// Scan writer threads (None: one per 5 Gbit/s of the stream plus one, at most one per disk).
+    pub writers: Option<i64>,
+    /// Test aid: disk directory → `full@SIZE` or `error@SIZE` (the disk fills or fails after
+    /// that many bytes).
+    pub disk_faults: std::collections::BTreeMap<PathBuf, String>,
 }
 
 impl Default for RecorderOptions {
@@ -111,6 +127,11 @@ impl Default for RecorderOptions {
             disk_limit: None,
             big_endian: false,
             status_listen: None,
+            disks: Vec::new(),
+            format: None,
+            chunk_size: None,
+            writers: None,
+            disk_faults: Default::default(),
         }
     }
 }
@@ -185,6 +206,8 @@ pub struct RecorderConfig {
     pub big_endian: bool,
     /// Serve GET /status and /metrics here (None: no status endpoint).
     pub status_listen: Option<SocketAddr>,
+    /// Scans to disks (None: one continuous recording to `target`, or monitoring).
+    pub scans: Option<ScanSetup>,
 }
 
 impl Default for RecorderConfig {
@@ -252,6 +275,13 @@ impl RecorderConfig {
             None => None,
         };
         let backend = backend(o)?;
+        let scans = scans(o)?;
+        if scans.is_some() && target.is_some() {
+            return Err(ArgError::new(
+                "disks",
+                "give disks (scans) or path/directory (one continuous recording), not both",
+            ));
+        }
         let config = RecorderConfig {
             bind,
             port,
@@ -280,6 +310,7 @@ impl RecorderConfig {
                 .as_deref()
                 .map(|s| options::listen_address("status_listen", s))
                 .transpose()?,
+            scans,
         };
         config.check(check_memory)?;
         Ok(config)
@@ -316,6 +347,12 @@ impl RecorderConfig {
             ));
         }
         Ok(())
+    }
+
+    /// Whether frames go to disk (a continuous recording, or scans): the ring then has a
+    /// consumer and the capture never overwrites what it has not released.
+    pub fn writes(&self) -> bool {
+        self.target.is_some() || self.scans.is_some()
     }
 
     /// Where the stream is taken from, for the operator: `ADDRESS:PORT` for the udp backend,
@@ -448,6 +485,103 @@ fn target(o: &RecorderOptions) -> Result<Option<Target>, ArgError> {
     }
 }
 
+/// Most scan writer threads.
+const MAX_WRITERS: i64 = 64;
+
+fn scans(o: &RecorderOptions) -> Result<Option<ScanSetup>, ArgError> {
+    let scan_only = |name: &str, given: bool| {
+        if given && o.disks.is_empty() {
+            Err(ArgError::new(
+                name,
+                "applies to scans: give the disks to write them to (disks, --disk DIR)",
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    scan_only("format", o.format.is_some())?;
+    scan_only("chunk_size", o.chunk_size.is_some())?;
+    scan_only("writers", o.writers.is_some())?;
+    scan_only("disk_faults", !o.disk_faults.is_empty())?;
+    if o.disks.is_empty() {
+        return Ok(None);
+    }
+    let mut disks: Vec<PathBuf> = Vec::new();
+    for d in &o.disks {
+        if d.as_os_str().is_empty() {
+            return Err(ArgError::new("disks", "an empty path names no directory"));
+        }
+        if disks.contains(d) {
+            return Err(ArgError::new(
+                "disks",
+                format!("{} is given twice: name each disk once", d.display()),
+            ));
+        }
+        disks.push(d.clone());
+    }
+    let format = match o.format.as_deref() {
+        None if disks.len() == 1 => Format::File,
+        None => Format::Vbs,
+        Some(f) => Format::parse(f).ok_or_else(|| {
+            ArgError::new(
+                "format",
+                format!("{f:?} is not a format: choose {}", Format::NAMES),
+            )
+        })?,
+    };
+    if format == Format::File && disks.len() > 1 {
+        return Err(ArgError::new(
+            "format",
+            format!(
+                "file writes a scan to one disk and {} are given: choose vbs or mk6 to spread scans over them",
+                disks.len()
+            ),
+        ));
+    }
+    let chunk_bytes = positive_size("chunk_size", &o.chunk_size, 1)?;
+    if let Some(b) = chunk_bytes {
+        // A Mark6 block's size is a signed 32-bit field.
+        if format == Format::Mk6 && b > (i32::MAX as u64) / 2 {
+            return Err(ArgError::new(
+                "chunk_size",
+                format!("{b} bytes: a Mark6 block holds at most 1 GiB"),
+            ));
+        }
+    }
+    let writers = o
+        .writers
+        .map(|n| {
+            in_range(
+                "writers",
+                n,
+                1,
+                MAX_WRITERS,
+                "one per disk is the most that helps",
+            )
+            .map(|n| n as usize)
+        })
+        .transpose()?;
+    let mut faults = Vec::new();
+    for (dir, text) in &o.disk_faults {
+        if !disks.contains(dir) {
+            return Err(ArgError::new(
+                "disk_faults",
+                format!("{} is not one of the disks", dir.display()),
+            ));
+        }
+        let f = Fault::parse(text).map_err(|why| ArgError::new("disk_faults", why))?;
+        faults.push((dir.clone(), f));
+    }
+    Ok(Some(ScanSetup {
+        disks,
+        format,
+        chunk_bytes,
+        writers,
+        faults,
+        direct: o.direct,
+    }))
+}
+
 fn backend(o: &RecorderOptions) -> Result<BackendKind, ArgError> {
     let interface = || -> Result<String, ArgError> {
         match o.interface.as_deref().map(str::trim) {
@@ -505,6 +639,46 @@ mod tests {
         assert_eq!(
             name(|o| o.status_listen = Some("nowhere".into())),
             "status_listen"
+        );
+        assert_eq!(name(|o| o.format = Some("vbs".into())), "format");
+        fn two(o: &mut RecorderOptions) {
+            o.disks = vec!["/a".into(), "/b".into()];
+        }
+        assert_eq!(
+            name(|o| {
+                two(o);
+                o.format = Some("file".into())
+            }),
+            "format"
+        );
+        assert_eq!(
+            name(|o| {
+                two(o);
+                o.format = Some("mk5".into())
+            }),
+            "format"
+        );
+        assert_eq!(
+            name(|o| {
+                two(o);
+                o.writers = Some(0)
+            }),
+            "writers"
+        );
+        assert_eq!(
+            name(|o| {
+                two(o);
+                o.path = Some("/x".into())
+            }),
+            "disks"
+        );
+        assert_eq!(name(|o| o.disks = vec!["/a".into(), "/a".into()]), "disks");
+        assert_eq!(
+            name(|o| {
+                two(o);
+                o.disk_faults.insert("/c".into(), "full@1MiB".into());
+            }),
+            "disk_faults"
         );
     }
 

@@ -15,6 +15,7 @@ pub mod config;
 pub mod diskio;
 pub mod recorder;
 pub mod ring;
+pub mod scan;
 pub mod shared;
 pub mod stats;
 pub mod status;

@@ -8,9 +8,14 @@ use crate::record::capture::udp::{UdpBackend, UdpConfig, UdpError};
 use crate::record::capture::{self, Backend, CaptureSetup};
 pub use crate::record::config::{BackendKind, RecorderConfig, RecorderOptions, Target};
 use crate::record::ring::{RingError, RingMemory};
+use crate::record::scan::disks::DiskSet;
+use crate::record::scan::gate::{Gate, ScanPlan};
+use crate::record::scan::window::Window;
+use crate::record::scan::{ScanRequest, ScanSetup, ScanSummary};
 use crate::record::shared::Shared;
-use crate::record::stats::{Stats, StreamCounts, Summary};
+use crate::record::stats::{FileRecord, Stats, StreamCounts, Summary};
 use crate::record::writer::{self, WriterConfig};
+use crate::vdif::layout::{self, Format};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -89,6 +94,122 @@ fn check_target(t: &Target) -> Result<(), RecordError> {
     })?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
+}
+
+#[derive(Debug, Error)]
+pub enum ScanError {
+    #[error("disks: this recorder has no disks to write scans to: give disks=[...] (--disk DIR)")]
+    NoDisks,
+    #[error("scan {0} is running: stop it first (stop_scan, record=off)")]
+    Busy(String),
+    #[error("no scan is running")]
+    NoScan,
+    #[error("the recording has ended: start a new recorder for more scans")]
+    Finished,
+    #[error("name: {0}")]
+    BadName(String),
+    #[error("{name}: {why}")]
+    BadTime { name: &'static str, why: String },
+    #[error("disks: every disk has left the set (full or failed): see the last scan's summary")]
+    NoDiskLeft,
+}
+
+/// The disks exist and can be written; faults (test aid) attached.
+fn open_disks(setup: &ScanSetup) -> Result<DiskSet, RecordError> {
+    for d in &setup.disks {
+        check_target(&Target::Dir {
+            dir: d.clone(),
+            prefix: String::new(),
+        })
+        .map_err(|e| match e {
+            RecordError::NoDirectory { dir, .. } => RecordError::NoDirectory { name: "disks", dir },
+            RecordError::NotWritable { path, source, .. } => RecordError::NotWritable {
+                name: "disks",
+                path,
+                source,
+            },
+            other => other,
+        })?;
+    }
+    Ok(DiskSet::new(&setup.disks, &setup.faults))
+}
+
+/// `wanted`, or with jive5ab's suffix when a scan of that name is on any disk (in any
+/// format) or was recorded in this run.
+fn unused_name(wanted: &str, disks: &DiskSet, used: &[String]) -> String {
+    let taken = |n: &str| {
+        used.iter().any(|u| u == n)
+            || disks.disks.iter().any(|d| {
+                [
+                    layout::file_path(&d.path, n),
+                    layout::vbs_dir(&d.path, n),
+                    layout::mk6_path(&d.path, n),
+                    layout::summary_path(&d.path, n, Format::File),
+                ]
+                .iter()
+                .any(|p| p.exists())
+            })
+    };
+    if !taken(wanted) {
+        return wanted.to_string();
+    }
+    (1..)
+        .map(|k| format!("{wanted}{}", layout::repeat_suffix(k)))
+        .find(|n| !taken(n))
+        .expect("some suffix is free")
+}
+
+/// What the disks can hold against what the scan will need, for the operator.
+fn free_space_note(
+    disks: &DiskSet,
+    alive: &[usize],
+    window: &Window,
+    fps: Option<u32>,
+    bytes_per_second: f64,
+) -> String {
+    let free: u64 = alive
+        .iter()
+        .filter_map(|i| crate::record::scan::disks::free_bytes(&disks.disks[*i].path))
+        .sum();
+    let free_text = crate::units::format_size(free);
+    let seconds = fps.and_then(|f| window.seconds(f));
+    match (seconds, bytes_per_second > 0.0) {
+        (Some(s), true) => {
+            let need = (s * bytes_per_second) as u64;
+            let verdict = if need <= free {
+                "enough"
+            } else {
+                "NOT ENOUGH: the scan will be cut short when the disks fill"
+            };
+            format!(
+                "disks: {free_text} free; the scan needs {} ({s:.1} s at {:.3} Gbit/s): {verdict}",
+                crate::units::format_size(need),
+                bytes_per_second * 8e-9
+            )
+        }
+        (None, true) => format!(
+            "disks: {free_text} free, {:.0} s at {:.3} Gbit/s",
+            free as f64 / bytes_per_second,
+            bytes_per_second * 8e-9
+        ),
+        _ => format!("disks: {free_text} free"),
+    }
+}
+
+/// CPUs for scan writers: those this process may use other than the capture's, when there
+/// are four or more (fewer: the scheduler places them).
+fn writer_cpus(capture_cpu: Option<usize>) -> Vec<usize> {
+    let cpus: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .filter(|c| Some(*c) != capture_cpu)
+        .collect();
+    if cpus.len() >= 3 {
+        cpus
+    } else {
+        Vec::new()
+    }
 }
 
 /// With neither CPU given and `auto_pin`, the capture and the writer take the last two CPUs
@@ -184,6 +305,11 @@ pub struct Recorder {
     shared: Arc<Shared>,
     capture: Option<JoinHandle<()>>,
     writer: Option<JoinHandle<()>>,
+    /// Scans: the gate that follows the ring, and the disks (None without disks).
+    gate: Option<Gate>,
+    disks: Option<Arc<DiskSet>>,
+    /// Scan names used in this run (a repeated name gets a suffix even before it is on disk).
+    scan_names: Vec<String>,
     local_addr: SocketAddr,
     config: RecorderConfig,
     started: Instant,
@@ -201,7 +327,19 @@ impl Recorder {
             check_target(t)?;
         }
         auto_pin(&mut config);
-        let shared = Arc::new(Shared::new(config.target.is_some()));
+        let disks = match &config.scans {
+            Some(setup) => Some(Arc::new(open_disks(setup)?)),
+            None => None,
+        };
+        let shared = Arc::new(Shared::new(config.writes()));
+        for d in disks.iter().flat_map(|d| d.disks.iter()) {
+            if !crate::record::scan::disks::is_mount_point(&d.path) {
+                shared.note(format!(
+                    "disk {} is not a mount point: a FlexBuff or Mark6 disk is one (a directory on a shared file system is no separate failure domain)",
+                    d.path.display()
+                ));
+            }
+        }
         // The ring is allocated, mapped and locked before the socket is bound: nothing that
         // arrives can be lost to an allocation, and a machine without the memory says so now.
         // Its pages are touched from the capture's CPU, so they lie on that CPU's NUMA node.
@@ -213,7 +351,7 @@ impl Recorder {
                 config.frame_size,
             )
         })?;
-        let has_writer = config.target.is_some();
+        let has_writer = config.writes();
         let memory = match config.frame_size {
             Some(fs) => {
                 capture::install_ring(&shared, memory, fs, has_writer)?;
@@ -275,10 +413,20 @@ impl Recorder {
             }
             None => None,
         };
+        let gate = match &disks {
+            Some(d) => Some(
+                Gate::start(shared.clone(), d.clone(), config.big_endian)
+                    .map_err(RecordError::Thread)?,
+            ),
+            None => None,
+        };
         let mut rec = Recorder {
             shared,
             capture: Some(capture),
             writer,
+            gate,
+            disks,
+            scan_names: Vec::new(),
             local_addr,
             config,
             started: Instant::now(),
@@ -374,6 +522,10 @@ impl Recorder {
         }
         // A capture that never started still counts as done for the writer.
         self.shared.set_capture_done();
+        if let Some(g) = &mut self.gate {
+            // A running scan is closed and written out first.
+            g.join();
+        }
         if let Some(h) = self.writer.take() {
             if h.join().is_err() {
                 self.shared.fail(
@@ -389,6 +541,111 @@ impl Recorder {
         summary
     }
 
+    /// Starts a scan: from now (or from `start`, VDIF time) until `stop_scan` (or `stop`),
+    /// the frames in the window are written to the disks. Returns the name used on disk: the
+    /// name asked for, or with jive5ab's suffix (`a`, `b`, …) when a scan of that name exists.
+    pub fn start_scan(&mut self, req: ScanRequest) -> Result<String, ScanError> {
+        let (Some(gate), Some(disks), Some(setup)) = (&self.gate, &self.disks, &self.config.scans)
+        else {
+            return Err(ScanError::NoDisks);
+        };
+        if let Some(name) = gate.active() {
+            return Err(ScanError::Busy(name));
+        }
+        if self.shared.finished() {
+            return Err(ScanError::Finished);
+        }
+        if let Some(why) = layout::scan_name_problem(&req.name) {
+            return Err(ScanError::BadName(why));
+        }
+        let c = self.shared.capture_stats();
+        let fps = self
+            .config
+            .fps
+            .or((c.frames_per_second > 0).then_some(c.frames_per_second));
+        let window = Window::new(req.start, req.stop, fps)
+            .map_err(|(name, why)| ScanError::BadTime { name, why })?;
+        let name = unused_name(&req.name, disks, &self.scan_names);
+        let alive = disks.alive();
+        if alive.is_empty() {
+            return Err(ScanError::NoDiskLeft);
+        }
+        let frame_size = self.config.frame_size.unwrap_or(c.frame_size);
+        let bits_per_second = match (fps, frame_size) {
+            (Some(f), fs) if fs > 0 => {
+                // Threads multiply the rate; the capture has seen how many there are.
+                f as f64 * fs as f64 * 8.0 * c.totals.threads.max(1) as f64
+            }
+            _ => 0.0,
+        };
+        let usable = if setup.format == Format::File {
+            1
+        } else {
+            alive.len()
+        };
+        let writers = setup
+            .writers
+            .unwrap_or_else(|| crate::record::scan::default_writers(bits_per_second, usable));
+        let mut notes = vec![format!(
+            "scan {name}: {} on {} disk(s), {writers} writer(s)",
+            setup.format.name(),
+            usable
+        )];
+        if name != req.name {
+            notes.push(format!(
+                "scan {}: exists already; recorded as {name}",
+                req.name
+            ));
+        }
+        notes.push(free_space_note(
+            disks,
+            &alive,
+            &window,
+            fps,
+            bits_per_second / 8.0,
+        ));
+        let plan = ScanPlan {
+            name: name.clone(),
+            requested_name: req.name.clone(),
+            start_text: req.start.map(|t| t.iso()),
+            stop_text: req.stop.map(|t| t.iso()),
+            window,
+            format: setup.format,
+            chunk_bytes: setup.chunk_bytes(),
+            writers,
+            direct: setup.direct,
+            fps,
+            writer_cpus: writer_cpus(self.config.capture_cpu),
+            notes,
+        };
+        self.scan_names.push(name.clone());
+        gate.start_scan(plan);
+        Ok(name)
+    }
+
+    /// Ends the running scan now and waits until it is on disk; its summary.
+    pub fn stop_scan(&mut self) -> Result<ScanSummary, ScanError> {
+        let Some(gate) = &self.gate else {
+            return Err(ScanError::NoDisks);
+        };
+        if gate.active().is_none() {
+            return Err(ScanError::NoScan);
+        }
+        gate.stop_scan();
+        gate.wait_scan(None).ok_or(ScanError::NoScan)
+    }
+
+    /// Waits (at most `timeout`) for the running scan to end by its stop time; its summary,
+    /// or None if it is still running. With no scan running, the last scan's summary.
+    pub fn wait_scan(&self, timeout: Option<Duration>) -> Option<ScanSummary> {
+        self.gate.as_ref()?.wait_scan(timeout)
+    }
+
+    /// The scan running now (or still being written out), if any.
+    pub fn active_scan(&self) -> Option<String> {
+        self.gate.as_ref()?.active()
+    }
+
     fn summarise(&self) -> Summary {
         let c = self.shared.capture_stats();
         let t = &c.totals;
@@ -401,12 +658,31 @@ impl Recorder {
         } else {
             (0, 0)
         };
-        let file_sum: u64 = files.iter().map(|f| f.bytes).sum();
+        let (scans, bytes_outside_scans) =
+            self.gate.as_ref().map_or((Vec::new(), 0), |g| g.results());
+        let (bytes_written, bytes_dropped_disk, files) = if self.gate.is_some() {
+            (
+                scans.iter().map(|s| s.bytes_written).sum(),
+                scans.iter().map(|s| s.bytes_dropped_disk).sum(),
+                scans.iter().flat_map(|s| s.files.iter().cloned()).collect(),
+            )
+        } else {
+            (bytes_written, bytes_dropped_disk, files)
+        };
+        let headers: u64 = scans.iter().map(|s| s.bytes_headers).sum();
+        let file_sum: u64 = files.iter().map(|f: &FileRecord| f.bytes).sum();
         // Monitoring writes nothing, so there is nothing to balance.
-        let invariant_holds = self.config.target.is_none()
-            || (bytes_buffered == bytes_written + bytes_dropped_disk && bytes_written == file_sum);
+        let invariant_holds = !self.config.writes()
+            || (bytes_buffered == bytes_written + bytes_dropped_disk + bytes_outside_scans
+                && bytes_written + headers == file_sum
+                && scans.iter().all(|s| s.invariant_holds));
         let (threads, gaps) = self.shared.thread_totals();
         let mut error = self.error();
+        if error.is_none() {
+            error = scans
+                .iter()
+                .find_map(|s| s.error.clone().map(|e| format!("scan {}: {e}", s.name)));
+        }
         if error.is_none() && bytes_dropped_disk > 0 {
             error = Some(format!(
                 "{bytes_dropped_disk} bytes buffered were not written to disk"
@@ -428,7 +704,9 @@ impl Recorder {
             bytes_buffered,
             bytes_written,
             bytes_dropped_disk,
+            bytes_outside_scans,
             files,
+            scans,
             invariant_holds,
             error,
             duration_s: self.started.elapsed().as_secs_f64(),
@@ -457,6 +735,7 @@ mod tests {
     use super::*;
     use crate::tools::generate::SignalSpec;
     use crate::tools::sender::{parse_drops, SendConfig, Sender};
+    use crate::vdif::layout;
 
     fn tmpdir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("vdifrec-rec-{}-{name}", std::process::id()));
@@ -501,7 +780,7 @@ mod tests {
         let s = rec.stop();
         assert_eq!(s.frames_received, 2990, "{s:#?}");
         assert_eq!(s.counts.frames_lost, 10);
-        assert!(s.ok(), "{s:#?}");
+        assert!(s.ok, "{s:#?}");
         assert_eq!(s.bytes_written, 2990 * 8224);
         assert_eq!(
             std::fs::read(&out).unwrap(),
@@ -510,6 +789,225 @@ mod tests {
         assert_eq!(s.seconds.len(), 2);
         assert_eq!(s.seconds[0].second.counts.lost, 10);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Sends `frames` frames (with `drops`) to the recorder and waits until it has them.
+    fn send(rec: &Recorder, spec: SignalSpec, frames: u64, drops: &str, sent: &std::path::Path) {
+        let mut cfg = SendConfig::new(rec.local_addr(), spec);
+        cfg.frames = Some(frames);
+        if !drops.is_empty() {
+            cfg.drops = parse_drops(drops).unwrap();
+        }
+        cfg.record_sent = Some(sent.to_path_buf());
+        let mut sender = Sender::start(cfg).unwrap();
+        let s = sender.wait(Some(Duration::from_secs(30))).unwrap().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while rec.stats().capture.frames_received < s.frames_sent && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn scan_recorder(disks: &[PathBuf], format: Option<Format>, chunk: u64) -> Recorder {
+        Recorder::start(RecorderConfig {
+            ring_bytes: 16 << 20,
+            frame_size: Some(8224),
+            fps: Some(2000),
+            scans: Some(ScanSetup {
+                disks: disks.to_vec(),
+                format: format.unwrap_or(Format::Vbs),
+                chunk_bytes: Some(chunk),
+                writers: Some(2),
+                faults: Vec::new(),
+                direct: true,
+            }),
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    fn disks(name: &str, n: usize) -> Vec<PathBuf> {
+        let root = tmpdir(name);
+        (0..n)
+            .map(|i| {
+                let d = root.join(format!("disk{i}"));
+                std::fs::create_dir_all(&d).unwrap();
+                d
+            })
+            .collect()
+    }
+
+    /// The vbs chunks of `scan` on `disks`, concatenated in chunk-number order.
+    fn gather_vbs(disks: &[PathBuf], scan: &str) -> (Vec<u8>, usize) {
+        let mut chunks = std::collections::BTreeMap::new();
+        for d in disks {
+            let Ok(rd) = std::fs::read_dir(layout::vbs_dir(d, scan)) else {
+                continue;
+            };
+            for e in rd {
+                let e = e.unwrap();
+                let name = e.file_name().to_string_lossy().to_string();
+                if let Some(n) = layout::vbs_chunk_number(&name, scan) {
+                    assert!(chunks.insert(n, std::fs::read(e.path()).unwrap()).is_none());
+                }
+            }
+        }
+        let n = chunks.len();
+        assert_eq!(
+            chunks.keys().copied().collect::<Vec<_>>(),
+            (0..n as u64).collect::<Vec<_>>()
+        );
+        (chunks.into_values().flatten().collect(), n)
+    }
+
+    /// The mk6 blocks of `scan` on `disks`, concatenated in block-number order.
+    fn gather_mk6(disks: &[PathBuf], scan: &str) -> Vec<u8> {
+        let mut blocks = std::collections::BTreeMap::new();
+        for d in disks {
+            let Ok(data) = std::fs::read(layout::mk6_path(d, scan)) else {
+                continue;
+            };
+            let h = layout::Mk6FileHeader::parse(&data).unwrap();
+            assert_eq!(h.packet_size, 8224);
+            let mut at = layout::MK6_FILE_HEADER_BYTES;
+            while at < data.len() {
+                let b = layout::Mk6BlockHeader::parse(&data[at..]).unwrap();
+                assert!(b.wb_size <= h.block_size);
+                let payload = &data[at + 8..at + b.wb_size as usize];
+                assert!(blocks.insert(b.blocknum, payload.to_vec()).is_none());
+                at += b.wb_size as usize;
+            }
+        }
+        let n = blocks.len() as u32;
+        assert_eq!(
+            blocks.keys().copied().collect::<Vec<_>>(),
+            (0..n).collect::<Vec<_>>()
+        );
+        blocks.into_values().flatten().collect()
+    }
+
+    #[test]
+    fn a_vbs_scan_over_three_disks_is_what_was_sent() {
+        let ds = disks("vbs", 3);
+        let mut rec = scan_recorder(&ds, None, 1 << 20);
+        let name = rec
+            .start_scan(ScanRequest {
+                name: "kvn_scan1".into(),
+                start: None,
+                stop: None,
+            })
+            .unwrap();
+        assert_eq!(name, "kvn_scan1");
+        let sent = ds[0].parent().unwrap().join("sent.vdif");
+        send(&rec, spec(), 3000, "0:100-109", &sent);
+        let s = rec.stop_scan().unwrap();
+        assert!(s.invariant_holds, "{s:#?}");
+        assert_eq!(s.frames, 2990);
+        assert_eq!(s.counts.frames_lost, 10);
+        assert_eq!(s.bytes_written, 2990 * 8224);
+        let (data, chunks) = gather_vbs(&ds, "kvn_scan1");
+        assert_eq!(data, std::fs::read(&sent).unwrap());
+        // 1 MiB is 128 frames: 2990 frames make 24 chunks (the first ends on an aligned run).
+        assert_eq!(chunks as u64, s.chunks);
+        assert!(chunks >= 24);
+        assert_eq!(
+            s.disks.iter().map(|d| d.bytes).sum::<u64>(),
+            s.bytes_written
+        );
+        assert!(s.disks.iter().all(|d| d.chunks > 0), "{:?}", s.disks);
+        // The same name again gets jive5ab's suffix.
+        let again = rec
+            .start_scan(ScanRequest {
+                name: "kvn_scan1".into(),
+                start: None,
+                stop: None,
+            })
+            .unwrap();
+        assert_eq!(again, "kvn_scan1a");
+        let empty = rec.stop_scan().unwrap();
+        assert_eq!(empty.frames, 0);
+        let run = rec.stop();
+        assert!(run.invariant_holds, "{run:#?}");
+        assert_eq!(run.scans.len(), 2);
+        assert_eq!(run.bytes_written, 2990 * 8224);
+    }
+
+    #[test]
+    fn a_mk6_scan_holds_exactly_its_window() {
+        let ds = disks("mk6", 2);
+        let mut rec = scan_recorder(&ds, Some(Format::Mk6), 1 << 20);
+        let sp = spec();
+        // Seconds 1000..1003 of epoch 53 at 2000 frames/s; the scan is [1000.25 s, 1001.5 s).
+        let t0 = crate::vdif::time::utc_unix(53, 1000);
+        let at = |s: i64, f: f64| crate::vdif::time::VdifTime {
+            unix_seconds: t0 + s,
+            fraction: f,
+        };
+        rec.start_scan(ScanRequest {
+            name: "w".into(),
+            start: Some(at(0, 0.25)),
+            stop: Some(at(1, 0.5)),
+        })
+        .unwrap();
+        let sent = ds[0].parent().unwrap().join("sent.vdif");
+        send(&rec, sp, 6000, "", &sent);
+        let s = rec
+            .wait_scan(Some(Duration::from_secs(10)))
+            .expect("the scan ends at its stop");
+        assert!(s.ok, "{s:#?}");
+        assert_eq!(s.frames, 2500);
+        let all = std::fs::read(&sent).unwrap();
+        assert_eq!(gather_mk6(&ds, "w"), all[500 * 8224..3000 * 8224]);
+        let run = rec.stop();
+        assert!(run.invariant_holds, "{run:#?}");
+        assert_eq!(run.bytes_outside_scans, 3500 * 8224);
+    }
+
+    #[test]
+    fn a_disk_that_fails_mid_scan_loses_nothing() {
+        let ds = disks("fail", 3);
+        let mut rec = Recorder::start(RecorderConfig {
+            ring_bytes: 16 << 20,
+            frame_size: Some(8224),
+            fps: Some(2000),
+            scans: Some(ScanSetup {
+                disks: ds.clone(),
+                format: Format::Vbs,
+                chunk_bytes: Some(1 << 20),
+                writers: Some(2),
+                faults: vec![(
+                    ds[1].clone(),
+                    crate::record::diskio::Fault {
+                        kind: crate::record::diskio::FaultKind::Error,
+                        after: 3 << 20,
+                    },
+                )],
+                direct: true,
+            }),
+            ..Default::default()
+        })
+        .unwrap();
+        rec.start_scan(ScanRequest {
+            name: "f".into(),
+            start: None,
+            stop: None,
+        })
+        .unwrap();
+        let sent = ds[0].parent().unwrap().join("sent.vdif");
+        send(&rec, spec(), 4000, "", &sent);
+        let s = rec.stop_scan().unwrap();
+        assert!(s.invariant_holds, "{s:#?}");
+        assert_eq!(s.bytes_dropped_disk, 0);
+        assert_eq!(gather_vbs(&ds, "f").0, std::fs::read(&sent).unwrap());
+        let failed = &s.disks[1];
+        assert!(
+            failed
+                .dropped
+                .as_deref()
+                .unwrap()
+                .contains("Input/output error"),
+            "{failed:?}"
+        );
+        assert!(failed.bytes < 3 << 20);
     }
 
     #[test]

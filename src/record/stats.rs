@@ -118,8 +118,13 @@ pub struct Summary {
     pub bytes_buffered: u64,
     pub bytes_written: u64,
     pub bytes_dropped_disk: u64,
+    /// Bytes buffered while no scan ran (received and counted, deliberately not written).
+    pub bytes_outside_scans: u64,
     pub files: Vec<FileRecord>,
-    /// bytes_buffered == bytes_written + bytes_dropped_disk and bytes_written == sum of sizes.
+    /// Every scan of the run, in order (with disks).
+    pub scans: Vec<crate::record::scan::ScanSummary>,
+    /// bytes_buffered == bytes_written + bytes_dropped_disk + bytes_outside_scans, and the
+    /// files' sizes add up to bytes_written (plus the Mark6 headers of mk6 scans).
     pub invariant_holds: bool,
     /// Why the recording stopped early or failed (disk full, ...), if it did.
     pub error: Option<String>,

@@ -1,0 +1,196 @@
+//! The disks a recorder writes scans to. Each disk is a failure domain: one that fills or
+//! fails leaves the set and the others carry on. Writers take whichever disk is ready next
+//! (the queue of idle disks is first in, first out: among disks equally ready, chunks rotate
+//! round robin; a slow disk comes back late and so gets fewer chunks).
+
+use crate::record::diskio::Fault;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex};
+
+/// A file of the scan kept open on a disk between chunks (the `file` and `mk6` formats).
+pub struct OpenScanFile {
+    pub file: File,
+    pub path: PathBuf,
+    /// Bytes in the file (headers included).
+    pub end: u64,
+    /// Bytes of frames in it.
+    pub frame_bytes: u64,
+    pub direct: bool,
+    /// Largest Mark6 block so far, its header included.
+    pub largest_block: u64,
+}
+
+/// What a disk did in the current scan.
+#[derive(Default)]
+pub struct DiskState {
+    /// Bytes written to this disk over the whole run (the fault aid counts from here).
+    pub used: u64,
+    /// Why the disk left the set, if it did.
+    pub dropped: Option<String>,
+    /// Bytes of frames written in this scan.
+    pub scan_frame_bytes: u64,
+    /// Files (vbs chunks) written whole in this scan.
+    pub scan_chunks: u64,
+    pub open: Option<OpenScanFile>,
+}
+
+pub struct Disk {
+    pub path: PathBuf,
+    pub fault: Option<Fault>,
+    pub state: Mutex<DiskState>,
+}
+
+pub struct DiskSet {
+    pub disks: Vec<Disk>,
+    ready: Mutex<VecDeque<usize>>,
+    cv: Condvar,
+}
+
+impl DiskSet {
+    pub fn new(paths: &[PathBuf], faults: &[(PathBuf, Fault)]) -> DiskSet {
+        let disks = paths
+            .iter()
+            .map(|p| Disk {
+                path: p.clone(),
+                fault: faults.iter().find(|(d, _)| d == p).map(|(_, f)| *f),
+                state: Mutex::new(DiskState::default()),
+            })
+            .collect();
+        DiskSet {
+            disks,
+            ready: Mutex::new(VecDeque::new()),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// Before a scan: per-scan counts cleared, every disk still in the set ready, in order.
+    pub fn begin_scan(&self) {
+        let mut ready = self.ready.lock().unwrap();
+        ready.clear();
+        for (i, d) in self.disks.iter().enumerate() {
+            let mut s = d.state.lock().unwrap();
+            s.scan_frame_bytes = 0;
+            s.scan_chunks = 0;
+            s.open = None;
+            if s.dropped.is_none() {
+                ready.push_back(i);
+            }
+        }
+    }
+
+    /// The disks still in the set.
+    pub fn alive(&self) -> Vec<usize> {
+        (0..self.disks.len())
+            .filter(|i| self.disks[*i].state.lock().unwrap().dropped.is_none())
+            .collect()
+    }
+
+    /// Waits for the next ready disk; None once no disk is left in the set.
+    pub fn take(&self) -> Option<usize> {
+        let mut ready = self.ready.lock().unwrap();
+        loop {
+            while let Some(i) = ready.pop_front() {
+                // A disk dropped while it waited in the queue stays out.
+                if self.disks[i].state.lock().unwrap().dropped.is_none() {
+                    return Some(i);
+                }
+            }
+            if self.alive().is_empty() {
+                return None;
+            }
+            ready = self.cv.wait(ready).unwrap();
+        }
+    }
+
+    /// A writer is done with disk `i`: it is ready again (at the back of the queue).
+    pub fn give(&self, i: usize) {
+        self.ready.lock().unwrap().push_back(i);
+        self.cv.notify_one();
+    }
+
+    /// Disk `i` failed or filled: it leaves the set for the rest of the run.
+    pub fn drop_disk(&self, i: usize, why: String) {
+        self.disks[i]
+            .state
+            .lock()
+            .unwrap()
+            .dropped
+            .get_or_insert(why);
+        // Writers waiting for a disk must see whether any is left.
+        self.cv.notify_all();
+    }
+}
+
+/// Bytes free for an unprivileged writer on the file system of `dir`.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs fills the struct we own from a valid C string.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    Some(s.f_bavail as u64 * s.f_frsize as u64)
+}
+
+/// Whether `dir` is the root of a mounted file system (its device differs from its parent's,
+/// or it is its own parent).
+pub fn is_mount_point(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(canon) = dir.canonicalize() else {
+        return false;
+    };
+    let Some(parent) = canon.parent() else {
+        return true;
+    };
+    match (std::fs::metadata(&canon), std::fs::metadata(parent)) {
+        (Ok(a), Ok(b)) => a.dev() != b.dev() || a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_disks_rotate_and_dropped_ones_leave() {
+        let paths: Vec<PathBuf> = ["/a", "/b", "/c"].iter().map(PathBuf::from).collect();
+        let set = DiskSet::new(&paths, &[]);
+        set.begin_scan();
+        let order: Vec<usize> = (0..3)
+            .map(|_| {
+                let i = set.take().unwrap();
+                set.give(i);
+                i
+            })
+            .collect();
+        assert_eq!(order, [0, 1, 2]);
+        // Disk 0 is slow: held while 1 and 2 each take two chunks.
+        let slow = set.take().unwrap();
+        assert_eq!(slow, 0);
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            let i = set.take().unwrap();
+            got.push(i);
+            set.give(i);
+        }
+        assert_eq!(got, [1, 2, 1, 2]);
+        set.drop_disk(slow, "failed".into());
+        set.drop_disk(1, "full".into());
+        assert_eq!(set.alive(), [2]);
+        set.drop_disk(2, "full".into());
+        // Disk 2 is still in the ready queue but dropped: nothing must come back.
+        assert!(set.alive().is_empty());
+        assert_eq!(set.take(), None);
+    }
+
+    #[test]
+    fn mount_points() {
+        assert!(is_mount_point(Path::new("/")));
+        assert!(is_mount_point(Path::new("/proc")));
+        assert!(!is_mount_point(Path::new("/proc/self")));
+    }
+}

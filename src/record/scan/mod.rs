@@ -1,0 +1,86 @@
+//! Scans: a recorder that runs for hours receives and counts all the time, and writes only
+//! during scans. The `gate` follows the ring: frames whose VDIF time lies in a scan's window
+//! are cut into numbered chunks (`chunk`), which the scan's `writers` put on whichever of the
+//! `disks` is ready next, in the scan's format (file, vbs or mk6, see `vdif::layout`); frames
+//! outside scans are released unwritten. Each scan has its own accounting and `summary`.
+
+pub mod chunk;
+pub mod disks;
+pub mod gate;
+pub mod summary;
+pub mod window;
+pub mod writers;
+
+use crate::record::diskio::Fault;
+use crate::vdif::layout::Format;
+use crate::vdif::time::VdifTime;
+use std::path::PathBuf;
+
+pub use summary::{DiskSummary, ScanSummary};
+
+/// Default chunk (vbs) and block (mk6) sizes, as jive5ab and a Mark6 use; `file` writes in
+/// pieces of the middle size. All are rounded to whole aligned runs of frames.
+pub const DEFAULT_VBS_CHUNK: u64 = 256 << 20;
+pub const DEFAULT_MK6_BLOCK: u64 = 8 << 20;
+pub const DEFAULT_FILE_PIECE: u64 = 32 << 20;
+
+/// How scans are written, checked (from `RecorderOptions`).
+#[derive(Clone, Debug)]
+pub struct ScanSetup {
+    pub disks: Vec<PathBuf>,
+    pub format: Format,
+    /// Chunk (vbs) or block (mk6) size asked for; None: the format's default.
+    pub chunk_bytes: Option<u64>,
+    /// Writer threads; None: from the data rate.
+    pub writers: Option<usize>,
+    /// Test aid: disks that fill or fail after some bytes.
+    pub faults: Vec<(PathBuf, Fault)>,
+    pub direct: bool,
+}
+
+impl ScanSetup {
+    pub fn chunk_bytes(&self) -> u64 {
+        self.chunk_bytes.unwrap_or(match self.format {
+            Format::Vbs => DEFAULT_VBS_CHUNK,
+            Format::Mk6 => DEFAULT_MK6_BLOCK,
+            Format::File => DEFAULT_FILE_PIECE,
+        })
+    }
+}
+
+/// Frames per chunk: the size asked for, as whole aligned runs of `run` frames (at least one).
+pub fn chunk_frames(chunk_bytes: u64, frame_size: usize, run: u64) -> u64 {
+    let frames = (chunk_bytes as f64 / frame_size as f64 / run as f64).round() as u64 * run;
+    frames.max(run)
+}
+
+/// Writer threads for a stream of `bits_per_second`: one per 5 Gbit/s plus one, as FlexBuff
+/// operators tune it; never more than there are disks to write to.
+pub fn default_writers(bits_per_second: f64, disks: usize) -> usize {
+    let per_rate = (bits_per_second / 5e9).ceil().max(1.0) as usize + 1;
+    per_rate.min(disks.max(1))
+}
+
+/// A scan as asked for.
+#[derive(Clone, Debug)]
+pub struct ScanRequest {
+    pub name: String,
+    pub start: Option<VdifTime>,
+    pub stop: Option<VdifTime>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_sizes_are_whole_runs() {
+        // 256 MiB of 8224-byte frames: 32640 frames (255 runs of 128).
+        assert_eq!(chunk_frames(256 << 20, 8224, 128), 32_640);
+        assert_eq!(chunk_frames(8 << 20, 8224, 128), 1024);
+        assert_eq!(chunk_frames(1000, 8224, 128), 128);
+        assert_eq!(default_writers(8.224e9, 12), 3);
+        assert_eq!(default_writers(8.224e9, 2), 2);
+        assert_eq!(default_writers(0.0, 12), 2);
+    }
+}

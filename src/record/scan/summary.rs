@@ -1,0 +1,80 @@
+//! What one scan holds and what happened to it: the summary returned by `stop_scan`, listed in
+//! the run's summary and written as JSON beside the scan on each disk that holds part of it.
+
+use crate::record::accounting::{SecondRow, ThreadTotals};
+use crate::record::stats::{FileRecord, StreamCounts};
+use serde::Serialize;
+
+/// One disk's part in a scan.
+#[derive(Clone, Debug, Serialize)]
+pub struct DiskSummary {
+    pub path: String,
+    /// Bytes of frames this disk took in the scan.
+    pub bytes: u64,
+    /// vbs chunks (or, for file and mk6, 1 when the disk holds the scan's file).
+    pub chunks: u64,
+    /// Why the disk left the set, if it did (during this scan or before it).
+    pub dropped: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ScanSummary {
+    /// The name on disk (the name asked for, with jive5ab's suffix when that was taken).
+    pub name: String,
+    pub requested_name: String,
+    pub format: &'static str,
+    /// The window asked for, ISO UTC (None: open on that side).
+    pub start: Option<String>,
+    pub stop: Option<String>,
+    /// VDIF time of the first and last frame the scan holds (ISO UTC).
+    pub first_frame: Option<String>,
+    pub last_frame: Option<String>,
+    pub frames: u64,
+    pub frame_size: usize,
+    /// Bytes per chunk (vbs) or block (mk6, without its header).
+    pub chunk_size: u64,
+    pub chunks: u64,
+    pub writers: usize,
+    #[serde(flatten)]
+    pub counts: StreamCounts,
+    /// Frames missing between the window's start and each thread's first frame, and between
+    /// each thread's last frame and the window's stop (included in `frames_lost`).
+    pub frames_lost_at_edges: u64,
+    /// Frames the capture could not buffer while the scan ran (the disks were too slow).
+    pub ring_overflows: u64,
+    pub kernel_drops: u64,
+    pub bytes_buffered: u64,
+    pub bytes_written: u64,
+    pub bytes_dropped_disk: u64,
+    /// Bytes of format headers in the files (Mark6 file and block headers).
+    pub bytes_headers: u64,
+    pub files: Vec<FileRecord>,
+    pub disks: Vec<DiskSummary>,
+    /// `bytes_buffered == bytes_written + bytes_dropped_disk` and the files' sizes add up to
+    /// `bytes_written + bytes_headers`.
+    pub invariant_holds: bool,
+    pub error: Option<String>,
+    pub seconds: Vec<SecondRow>,
+    pub threads: Vec<ThreadTotals>,
+    pub notes: Vec<String>,
+    pub ok: bool,
+}
+
+impl ScanSummary {
+    /// Sets `ok`: everything in the window was received and written, nothing failed.
+    pub fn judge(mut self) -> ScanSummary {
+        let file_sum: u64 = self.files.iter().map(|f| f.bytes).sum();
+        self.invariant_holds = self.bytes_buffered == self.bytes_written + self.bytes_dropped_disk
+            && file_sum == self.bytes_written + self.bytes_headers;
+        self.ok = self.invariant_holds
+            && self.error.is_none()
+            && self.bytes_dropped_disk == 0
+            && self.counts.frames_lost == 0
+            && self.ring_overflows == 0;
+        self
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a summary serialises")
+    }
+}

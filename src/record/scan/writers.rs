@@ -1,0 +1,151 @@
+//! The scan's writer threads. Each takes the next chunk from the queue and the next ready
+//! disk, writes the chunk there, and reports it done so the gate can release its frames. A
+//! disk that fails or fills is dropped from the set and the same chunk goes to the next disk:
+//! nothing is lost while any disk remains. With no disk left, the chunk is counted as dropped.
+
+use crate::record::ring::Ring;
+use crate::record::scan::chunk::{self, ChunkJob, ScanOut};
+use crate::record::scan::disks::DiskSet;
+use crate::record::stats::FileRecord;
+use crossbeam_channel::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// A chunk the writers are finished with: on disk, or dropped for want of a disk.
+#[derive(Clone, Copy, Debug)]
+pub struct Done {
+    pub first_seq: u64,
+    pub frames: u64,
+    pub written: bool,
+}
+
+/// What the writers of one scan tell its summary.
+#[derive(Default)]
+pub struct WriterLog {
+    pub bytes_written: u64,
+    pub bytes_dropped: u64,
+    pub header_bytes: u64,
+    /// vbs chunk files as they close (the `file` and `mk6` files are listed when they close).
+    pub files: Vec<FileRecord>,
+    pub notes: Vec<String>,
+    pub error: Option<String>,
+}
+
+pub struct Writers {
+    handles: Vec<JoinHandle<()>>,
+    pub log: Arc<Mutex<WriterLog>>,
+}
+
+impl Writers {
+    /// Starts `n` writers on the queue `jobs`; each reports to `done` (the gate).
+    pub fn start(
+        n: usize,
+        out: ScanOut,
+        ring: Arc<Ring>,
+        disks: Arc<DiskSet>,
+        jobs: Receiver<ChunkJob>,
+        done: Sender<Done>,
+        cpus: &[usize],
+    ) -> std::io::Result<Writers> {
+        let log = Arc::new(Mutex::new(WriterLog::default()));
+        let mut handles = Vec::new();
+        for k in 0..n {
+            let (out, ring, disks, jobs, done, log) = (
+                out.clone(),
+                ring.clone(),
+                disks.clone(),
+                jobs.clone(),
+                done.clone(),
+                log.clone(),
+            );
+            let cpu = (!cpus.is_empty()).then(|| cpus[k % cpus.len()]);
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("vdifrec-wr{k}"))
+                    .spawn(move || {
+                        if let Some(cpu) = cpu {
+                            let note = crate::affinity::pin_current("scan writer", cpu);
+                            if k == 0 {
+                                log.lock().unwrap().notes.push(note);
+                            }
+                        }
+                        for job in jobs.iter() {
+                            let d = write_somewhere(&out, &ring, &disks, &job, &log);
+                            let _ = done.send(d);
+                        }
+                    })?,
+            );
+        }
+        Ok(Writers { handles, log })
+    }
+
+    /// Waits for every writer (the queue's sender must be dropped first).
+    pub fn join(self) -> Arc<Mutex<WriterLog>> {
+        for h in self.handles {
+            if h.join().is_err() {
+                self.log.lock().unwrap().error.get_or_insert_with(|| {
+                    "a scan writer thread stopped unexpectedly (a bug: please report it)".into()
+                });
+            }
+        }
+        self.log
+    }
+}
+
+fn write_somewhere(
+    out: &ScanOut,
+    ring: &Ring,
+    disks: &DiskSet,
+    job: &ChunkJob,
+    log: &Mutex<WriterLog>,
+) -> Done {
+    let bytes = job.frames * out.frame_size as u64;
+    loop {
+        let Some(d) = disks.take() else {
+            let mut l = log.lock().unwrap();
+            l.bytes_dropped += bytes;
+            l.error.get_or_insert_with(|| {
+                "no disk is left in the set: the rest of the scan was not written".into()
+            });
+            return Done {
+                first_seq: job.first_seq(),
+                frames: job.frames,
+                written: false,
+            };
+        };
+        let disk = &disks.disks[d];
+        match chunk::write_chunk(out, ring, disk, job) {
+            Ok(w) => {
+                disks.give(d);
+                let mut l = log.lock().unwrap();
+                l.bytes_written += bytes;
+                l.header_bytes += w.header_bytes;
+                if let Some(n) = w.note {
+                    if !l.notes.contains(&n) {
+                        l.notes.push(n);
+                    }
+                }
+                if out.format == crate::vdif::layout::Format::Vbs {
+                    l.files.push(FileRecord {
+                        path: w.path.display().to_string(),
+                        bytes: w.file_bytes,
+                    });
+                }
+                return Done {
+                    first_seq: job.first_seq(),
+                    frames: job.frames,
+                    written: true,
+                };
+            }
+            Err(f) => {
+                let why = f.why;
+                log.lock().unwrap().notes.push(format!(
+                    "disk {} left the set: {why}; chunk {} goes to the next disk",
+                    disk.path.display(),
+                    job.number
+                ));
+                disks.drop_disk(d, why);
+            }
+        }
+    }
+}
