@@ -19,7 +19,7 @@ from .reader import Reader, decode, open
 from .quality import BitStats, Fringe, Spectrum, Tone, bstate, find_tones, fringe, spectrum
 from .recorder import Recorder, Sender, send
 from .remote import RemoteStatus
-from .reports import FileRecord, SecondRow, Stats, Summary, ThreadSecond
+from .reports import DiskRecord, FileRecord, ScanSummary, SecondRow, Stats, Summary, ThreadSecond
 
 __version__: str = _core.__version__
 
@@ -59,6 +59,8 @@ __all__ = [
     "Spectrum",
     "Stats",
     "Summary",
+    "ScanSummary",
+    "DiskRecord",
     "ThreadSecond",
     "Tone",
     "__version__",

@@ -75,14 +75,38 @@ def add_record(sub: Any) -> None:
     p.add_argument("--pfring-library", type=path, help="path of libpfring.so (default: the system's)")
     p.add_argument("--summary-json", type=output, default=None, help="write the summary (every counter, every second) as JSON here")
     p.add_argument("--status-listen", help="serve GET /status (JSON) and /metrics (Prometheus) at HOST:PORT (PORT alone: localhost)")
+    p.add_argument("--disk", dest="disks", action="append", help="record a scan to this directory, one per disk (repeat, or a glob such as '/mnt/disk*')")
+    p.add_argument("--scan", help="name of the scan to record (with --disk): letters, digits, _ and -")
+    p.add_argument("--start", help="the scan holds frames from this VDIF time on (UTC: 2026-11-30T22:48:47.5, 2026y334d22h48m47.5s, or POSIX seconds)")
+    p.add_argument("--stop", help="the scan holds frames before this VDIF time; the recording ends when it has passed")
+    p.add_argument("--format", help="scan layout: file (one disk), vbs (FlexBuff chunks; the default with several disks), mk6 (Mark6 scatter-gather)")
+    p.add_argument("--chunk-size", type=size, help="vbs chunk or mk6 block size (default 256MiB and 8MiB), rounded to whole runs of 128 frames")
+    p.add_argument("--writers", type=integer, help="scan writer threads (default: one per 5 Gbit/s plus one, at most one per disk)")
+    p.add_argument("--disk-fault", dest="disk_faults", action="append", type=disk_fault, help="test aid: DIR=full@SIZE or DIR=error@SIZE, that disk fills or fails after SIZE bytes")
     p.add_argument("--quiet", action="store_true", help="no per-second table")
     p.set_defaults(func=run_record)
 
 
+def disk_fault(text: str) -> tuple[str, str]:
+    """DIR=full@SIZE or DIR=error@SIZE (the engine checks the rest)."""
+    disk, sep, fault = text.rpartition("=")
+    if not sep or not disk:
+        raise argparse.ArgumentTypeError(f"{text!r}: write DIR=full@SIZE or DIR=error@SIZE")
+    return disk, fault
+
+
 def run_record(a: argparse.Namespace) -> int:
-    if not (a.path or a.directory or a.no_write):
-        raise UsageError("where to? give --out FILE, --dir DIR (with --prefix), or --no-write to monitor only")
+    if not (a.path or a.directory or a.no_write or a.disks):
+        raise UsageError("where to? give --out FILE, --dir DIR (with --prefix), --disk DIR with --scan NAME, or --no-write to monitor only")
+    if a.disks and not a.scan:
+        raise UsageError("--disk records scans: name the scan with --scan NAME")
+    if a.scan and not a.disks:
+        raise UsageError("--scan needs the disks to write it to: --disk DIR (repeat for several)")
+    if (a.start or a.stop) and not a.scan:
+        raise UsageError("--start and --stop bound a scan: give --scan NAME and --disk DIR")
     options = given(a, "recorder")
+    if a.disk_faults:
+        options["disk_faults"] = dict(a.disk_faults)
     if a.no_write:
         options.pop("path", None)
         options.pop("directory", None)
@@ -101,7 +125,16 @@ def run_record(a: argparse.Namespace) -> int:
         except _core.RecorderError as exc:
             print(f"vdifrec record: {exc}", file=sys.stderr)
             return 1
-        summary = follow(rec, duration=a.duration, quiet=a.quiet)
+        if a.scan:
+            try:
+                name = rec.start_scan(a.scan, a.start, a.stop)
+            except _core.ArgumentError as exc:
+                rec.stop()
+                which, _, why = str(exc).partition(": ")
+                flag = {"name": "--scan", "start": "--start", "stop": "--stop"}.get(which, f"--{which}")
+                raise OptionError(f"{flag}: {why}") from None
+            print(f"scan {name}: recording to {', '.join(a.disks)}", flush=True)
+        summary = follow(rec, duration=a.duration, quiet=a.quiet, until_scan_ends=bool(a.stop))
     print_summary(summary, sys.stdout)
     if a.summary_json:
         try:
@@ -116,9 +149,10 @@ def run_record(a: argparse.Namespace) -> int:
     return 0
 
 
-def follow(rec: Recorder, duration: float | None, quiet: bool, out: Any = None) -> Summary:
+def follow(rec: Recorder, duration: float | None, quiet: bool, out: Any = None, until_scan_ends: bool = False) -> Summary:
     """Prints notes, the listening line and the table until the duration ends, the frame limit
-    is reached, the recording fails or Ctrl-C/SIGTERM; then stops and returns the summary."""
+    is reached, the recording fails, the scan ends (with `until_scan_ends`) or Ctrl-C/SIGTERM;
+    then stops and returns the summary."""
     out = out or sys.stdout
     assert rec.address is not None, "follow() needs a started recorder"
     start = time.monotonic()
@@ -150,7 +184,7 @@ def follow(rec: Recorder, duration: float | None, quiet: bool, out: Any = None) 
                     print(row_line(row), file=out, flush=True)
                 rows += 1
             show_notes()
-            if rec.finished:
+            if rec.finished or (until_scan_ends and rec.scan is None):
                 break
             s = rec.stats()
             quiet_for = s.seconds_since_datagram if s.seconds_since_datagram is not None else time.monotonic() - start

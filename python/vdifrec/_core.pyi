@@ -98,6 +98,11 @@ class RecorderOptions(TypedDict, total=False):
     disk_limit: _Size | None
     big_endian: bool
     status_listen: str | None
+    disks: list[_Path]
+    format: str | None
+    chunk_size: _Size | None
+    writers: int | None
+    disk_faults: dict[_Path, str]
 
 class SignalOptions(TypedDict, total=False):
     frame_size: int
@@ -158,6 +163,14 @@ class Recorder:
     def wait_rows(self, start: int, timeout: float) -> str:
         """Rows after index ``start`` as a JSON list, waiting up to ``timeout`` seconds."""
     def finished(self) -> bool: ...
+    def start_scan(self, name: str, start: str | None = None, stop: str | None = None) -> str:
+        """Starts a scan (bounds as UTC text); the name used on disk."""
+    def stop_scan(self, timeout: float | None = None) -> str | None:
+        """Ends the running scan; its summary as JSON once on disk (None: timeout first)."""
+    def wait_scan(self, timeout: float | None = None) -> str | None:
+        """Waits for the running scan to end; its summary as JSON (None: still running)."""
+    def active_scan(self) -> str | None:
+        """The scan running (or being written out), if any."""
     def notes(self) -> list[str]: ...
     def status_address(self) -> tuple[str, int] | None: ...
     @property

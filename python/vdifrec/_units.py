@@ -35,6 +35,8 @@ def plain_options(options: T) -> T:
         if isinstance(v, os.PathLike):
             v = os.fspath(v)
         elif isinstance(v, dict):
-            v = plain_options(v)
+            v = plain_options({os.fspath(x) if isinstance(x, os.PathLike) else x: y for x, y in v.items()})
+        elif isinstance(v, (list, tuple)):
+            v = [os.fspath(x) if isinstance(x, os.PathLike) else x for x in v]
         out[k] = v
     return cast(T, out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import time
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import numpy.typing as npt
 
 from . import _core
 from ._units import plain_options
-from .reports import SecondRow, Stats, Summary
+from .reports import ScanSummary, SecondRow, Stats, Summary
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -25,6 +26,20 @@ __all__ = ["Recorder", "Sender", "send"]
 
 # How long one blocking call into the engine waits before Python looks at signals again.
 _SLICE = 0.1
+
+
+def _utc_text(name: str, value: Any) -> str | None:
+    """A scan boundary as the engine parses it: ISO text for a datetime (naive means UTC),
+    the number for POSIX seconds, text as given."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+        return value.isoformat()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(float(value)) if isinstance(value, float) else str(value)
+    raise _core.ArgumentError(f"{name}: {value!r} is not a time: give a datetime, UTC text or POSIX seconds")
 
 
 def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int | None:
@@ -110,6 +125,23 @@ class Recorder:
         Serve ``GET /status`` (JSON) and ``GET /metrics`` (Prometheus) at ``"HOST:PORT"``
         (``"8089"`` alone means 127.0.0.1:8089; port 0 picks a free one, see
         ``status_address``). Off by default; never on the network unless an address says so.
+    disks : list of str or os.PathLike, optional
+        Record *scans* to these directories, one per disk (globs such as ``"/mnt/disk*"`` are
+        expanded). The recorder then receives and counts all the time and writes only between
+        ``start_scan`` and ``stop_scan``. Not with ``path``/``directory``.
+    format : str, optional
+        Layout of scans: ``"file"`` (``<disk>/<scan>.vdif``, one disk; the default with one
+        disk), ``"vbs"`` (FlexBuff chunks ``<disk>/<scan>/<scan>.NNNNNNNN`` spread over the
+        disks; the default with several) or ``"mk6"`` (Mark6 scatter-gather, ``<disk>/<scan>``).
+    chunk_size : int or str, optional
+        vbs chunk or Mark6 block size (default 256 MiB and 8 MiB), rounded to whole runs of
+        128 frames (O_DIRECT-aligned).
+    writers : int, optional
+        Scan writer threads (default: one per 5 Gbit/s of the stream plus one, at most one per
+        disk). A chunk goes to whichever disk is ready next: a slow disk gets fewer.
+    disk_faults : dict, optional
+        Test aid: ``{disk: "full@64MiB"}`` or ``"error@1GiB"`` makes that disk fill or fail
+        after so many bytes (it then leaves the set; its chunk goes to another disk).
 
     Zero-copy views
     ---------------
@@ -128,6 +160,41 @@ class Recorder:
         self.address: tuple[str, int] | None = None
         self._rows_seen = 0
         self._summary: Summary | None = None
+
+    # -- scans ------------------------------------------------------------------------
+    def start_scan(self, name: str, start: Any = None, stop: Any = None) -> str:
+        """Starts writing a scan to the disks; returns the name used on disk.
+
+        Parameters
+        ----------
+        name : str
+            Letters, digits, ``_`` and ``-`` (at most 64). A name already on the disks (or used
+            in this run) gets jive5ab's suffix: ``kvn_scan1a``, ``kvn_scan1b``, ...
+        start, stop : datetime, str or float, optional
+            The scan holds exactly the frames whose VDIF time is in ``[start, stop)``: a
+            ``datetime`` (naive means UTC), text (``"2026-11-30T22:48:47.5"`` or
+            ``"2026y334d22h48m47.5s"``) or POSIX seconds. Without ``start`` the scan begins with
+            the next frame; without ``stop`` it runs until ``stop_scan()``. With ``stop`` it ends
+            by itself: ``wait_scan()`` returns its summary.
+        """
+        return self._core.start_scan(name, _utc_text("start", start), _utc_text("stop", stop))
+
+    def stop_scan(self) -> ScanSummary:
+        """Ends the running scan now, waits until it is on disk, and returns its summary."""
+        text = self._core.stop_scan(None)
+        assert text is not None, "waiting without a timeout returns a summary"
+        return ScanSummary.from_dict(json.loads(text))
+
+    def wait_scan(self, timeout: float | None = None) -> ScanSummary | None:
+        """Waits for the running scan to end by its ``stop`` time (at most ``timeout`` seconds);
+        its summary, or None if it still runs. With no scan running: the last scan's summary."""
+        text = self._core.wait_scan(timeout)
+        return None if text is None else ScanSummary.from_dict(json.loads(text))
+
+    @property
+    def scan(self) -> str | None:
+        """The scan running now (or still being written out), if any."""
+        return self._core.active_scan()
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> Recorder:

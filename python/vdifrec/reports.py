@@ -6,7 +6,7 @@ import dataclasses
 import datetime as _dt
 from typing import Any, TypeVar
 
-__all__ = ["SecondRow", "Stats", "Summary", "ThreadSecond", "FileRecord"]
+__all__ = ["SecondRow", "Stats", "Summary", "ScanSummary", "DiskRecord", "ThreadSecond", "FileRecord"]
 
 T = TypeVar("T", bound="_Record")
 
@@ -142,11 +142,80 @@ class Stats(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class DiskRecord(_Record):
+    """One disk's part in a scan: bytes of frames, chunks (vbs; 1 for a file or Mark6 file),
+    and why the disk left the set, if it did."""
+
+    path: str
+    bytes: int
+    chunks: int
+    dropped: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanSummary(_Record):
+    """One scan (``Recorder.stop_scan()``; also in ``Summary.scans`` and written as JSON beside
+    the scan on each disk that holds part of it).
+
+    ``frames`` are the frames whose VDIF time lay in ``[start, stop)`` (the whole scan when
+    those are open); ``frames_lost`` counts the gaps between them and, with a window, the frames
+    missing between ``start`` and each thread's first frame and between its last frame and
+    ``stop`` (``frames_lost_at_edges``). ``bytes_buffered == bytes_written + bytes_dropped_disk``
+    and the files' sizes add up to ``bytes_written + bytes_headers`` (``invariant_holds``).
+    ``ok``: every frame of the window was received and written.
+    """
+
+    name: str
+    requested_name: str
+    format: str
+    start: str | None
+    stop: str | None
+    first_frame: str | None
+    last_frame: str | None
+    frames: int
+    frame_size: int
+    chunk_size: int
+    chunks: int
+    writers: int
+    frames_lost: int
+    frames_out_of_order: int
+    frames_duplicate: int
+    frames_invalid: int
+    frames_out_of_window: int
+    frames_late: int
+    time_jumps: int
+    frames_lost_at_edges: int
+    ring_overflows: int
+    kernel_drops: int
+    bytes_buffered: int
+    bytes_written: int
+    bytes_dropped_disk: int
+    bytes_headers: int
+    files: list[FileRecord]
+    disks: list[DiskRecord]
+    invariant_holds: bool
+    error: str | None
+    seconds: list[dict[str, Any]]
+    threads: list[dict[str, Any]]
+    notes: list[str]
+    ok: bool
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ScanSummary:
+        d = dict(d)
+        d["files"] = [FileRecord.from_dict(f) for f in d.get("files", [])]
+        d["disks"] = [DiskRecord.from_dict(x) for x in d.get("disks", [])]
+        return super().from_dict(d)
+
+
+@dataclasses.dataclass(frozen=True)
 class Summary(_Record):
     """Everything a recording did, at its end (``Recorder.stop()``).
 
-    The invariant ``bytes_buffered == bytes_written + bytes_dropped_disk`` and
-    ``bytes_written == sum of file sizes`` holds at every stop (``invariant_holds``);
+    The invariant ``bytes_buffered == bytes_written + bytes_dropped_disk + bytes_outside_scans``
+    and ``bytes_written == sum of file sizes`` (less the Mark6 headers of mk6 scans) holds at
+    every stop (``invariant_holds``); ``bytes_outside_scans`` is 0 unless the recorder writes
+    scans, when it counts what arrived between them (received and counted, never written);
     ``ok`` is true when, in addition, nothing buffered was lost on the way to disk. The fields
     are the engine's summary as it serialised it; nothing is recomputed here.
     """
@@ -172,7 +241,9 @@ class Summary(_Record):
     bytes_buffered: int
     bytes_written: int
     bytes_dropped_disk: int
+    bytes_outside_scans: int
     files: list[FileRecord]
+    scans: list[ScanSummary]
     invariant_holds: bool
     error: str | None
     duration_s: float
@@ -191,5 +262,6 @@ class Summary(_Record):
         d = dict(d)
         d["files"] = [FileRecord.from_dict(f) for f in d.get("files", [])]
         d["seconds"] = [SecondRow.from_dict(r) for r in d.get("seconds", [])]
+        d["scans"] = [ScanSummary.from_dict(x) for x in d.get("scans", [])]
         return super().from_dict(d)
 

@@ -33,10 +33,26 @@ def print_summary(s: Summary, out: TextIO) -> None:
     print(f"{bar} SUMMARY {bar}", file=out)
     print(f"Stream Good Packet: {s.frames_received}", file=out)
     print(f"Buffered Stream Size: {s.bytes_buffered}", file=out)
-    for f in s.files:
+    # A scan in vbs chunks has many files: those are listed per scan and disk below.
+    for f in ([] if s.scans else s.files):
         print(f"Saved File Name: {f.path}", file=out)
-    if not s.files:
+    if not s.files and not s.scans:
         print("Saved File Name: (none)", file=out)
+    for sc in s.scans:
+        print(
+            f"Scan {sc.name} ({sc.format}): {sc.frames} frames, {sc.bytes_written} bytes in "
+            f"{sc.chunks} {'chunks' if sc.format == 'vbs' else 'pieces'}; lost {sc.frames_lost} "
+            f"(at the window's edges {sc.frames_lost_at_edges}); dropped on the way to disk "
+            f"{sc.bytes_dropped_disk} bytes; {'ok' if sc.ok else 'NOT OK'}",
+            file=out,
+        )
+        for d in sc.disks:
+            gone = f"  LEFT THE SET: {d.dropped}" if d.dropped else ""
+            print(f"  disk {d.path}: {d.bytes} bytes, {d.chunks} {'chunks' if sc.format == 'vbs' else 'file'}{gone}", file=out)
+        if sc.error:
+            print(f"  Error: {sc.error}", file=out)
+    if s.bytes_outside_scans:
+        print(f"Between scans (received, counted, not written): {s.bytes_outside_scans} bytes", file=out)
     print(f"File Capacity: {sum(f.bytes for f in s.files)}", file=out)
     print(f"Lost (sequence gaps): {s.frames_lost}  of which kernel drops: {s.kernel_drops}", file=out)
     print(f"Out of order: {s.frames_out_of_order}  Duplicates: {s.frames_duplicate}  Invalid: {s.frames_invalid}", file=out)
@@ -48,7 +64,8 @@ def print_summary(s: Summary, out: TextIO) -> None:
     if s.frames_out_of_window or s.time_jumps or s.frames_late:
         print(f"Out of window: {s.frames_out_of_window}  Time jumps: {s.time_jumps}  Late: {s.frames_late}", file=out)
     print(f"Bytes written: {s.bytes_written}  dropped on the way to disk: {s.bytes_dropped_disk}", file=out)
-    print(f"Invariant (buffered = written + dropped = sum of file sizes): {'holds' if s.invariant_holds else 'BROKEN'}", file=out)
+    what = "buffered = written + dropped + between scans" if s.scans else "buffered = written + dropped = sum of file sizes"
+    print(f"Invariant ({what}): {'holds' if s.invariant_holds else 'BROKEN'}", file=out)
     if s.error:
         print(f"Error: {s.error}", file=out)
     print("=" * (2 * len(bar) + 9), file=out)

@@ -6,7 +6,7 @@ use crate::analysis::check::CheckError;
 use crate::analysis::spectrum::SpectrumError;
 use crate::options::ArgError;
 use crate::record::capture::udp::UdpError;
-use crate::record::recorder::RecordError;
+use crate::record::recorder::{RecordError, ScanError};
 use crate::record::ring::RingError;
 use crate::tools::generate::GenerateError;
 use crate::tools::sender::SendError;
@@ -89,6 +89,16 @@ pub fn record_err(e: RecordError) -> PyErr {
         | RecordError::NoDirectory { .. }
         | RecordError::NotADirectory(_)
         | RecordError::NotWritable { .. } => OutputError::new_err(e.to_string()),
+        _ => RecorderError::new_err(e.to_string()),
+    }
+}
+
+pub fn scan_err(e: ScanError) -> PyErr {
+    match e {
+        // Bad names and times are bad arguments: ValueError, named.
+        ScanError::BadName(_) | ScanError::BadTime { .. } | ScanError::NoDisks => {
+            ArgumentError::new_err(e.to_string())
+        }
         _ => RecorderError::new_err(e.to_string()),
     }
 }

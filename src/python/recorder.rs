@@ -1,12 +1,15 @@
 //! `Recorder` (behind `vdifrec.Recorder`) and `RingView`, the owner of a zero-copy view of
 //! ring frames.
 
-use super::errors::{arg_err, record_err, ring_err, RecorderError};
+use super::errors::{arg_err, record_err, ring_err, scan_err, RecorderError};
 use super::file::readonly_view;
 use super::to_json;
+use crate::options::ArgError;
 use crate::record::recorder::{Recorder as CoreRecorder, RecorderConfig, RecorderOptions};
 use crate::record::ring::Ring;
+use crate::record::scan::ScanRequest;
 use crate::record::shared::Shared;
+use crate::vdif::time::parse_utc;
 use numpy::PyArray2;
 use pyo3::prelude::*;
 use std::sync::{Arc, Mutex};
@@ -122,6 +125,65 @@ impl PyRecorder {
         self.inner.lock().unwrap().is_some()
     }
 
+    /// Starts a scan (`start`/`stop`: UTC text, VDIF-time bounds); returns the name used.
+    #[pyo3(signature = (name, start=None, stop=None))]
+    fn start_scan(
+        &self,
+        py: Python<'_>,
+        name: String,
+        start: Option<String>,
+        stop: Option<String>,
+    ) -> PyResult<String> {
+        let time = |label: &str, t: Option<String>| {
+            t.map(|t| parse_utc(&t).map_err(|why| arg_err(ArgError::new(label, why))))
+                .transpose()
+        };
+        let req = ScanRequest {
+            name,
+            start: time("start", start)?,
+            stop: time("stop", stop)?,
+        };
+        self.with_recorder(|r| py.detach(|| r.start_scan(req)).map_err(scan_err))
+    }
+
+    /// Ends the running scan now; waits (up to `timeout` s, None: as long as it takes) until
+    /// it is on disk and returns its summary as JSON (None if still being written).
+    #[pyo3(signature = (timeout=None))]
+    fn stop_scan(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<String>> {
+        self.with_recorder(|r| r.end_scan().map_err(scan_err))?;
+        self.wait_scan(py, timeout)
+    }
+
+    /// Waits (up to `timeout` s, None: as long as it takes) for the running scan to end and be
+    /// on disk; its summary as JSON, or None if it still runs. With no scan running: the last
+    /// scan's summary (None if there was none).
+    #[pyo3(signature = (timeout=None))]
+    fn wait_scan(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<String>> {
+        let deadline =
+            timeout.map(|t| std::time::Instant::now() + Duration::from_secs_f64(t.max(0.0)));
+        loop {
+            // Short waits, so that Ctrl-C reaches Python and other calls get the recorder.
+            let slice = Duration::from_millis(100);
+            let got = self.with_recorder(|r| Ok(py.detach(|| r.wait_scan(Some(slice)))))?;
+            if let Some(s) = got {
+                return Ok(Some(to_json(&s)?));
+            }
+            py.check_signals()?;
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The scan running now (or still being written out), if any.
+    fn active_scan(&self) -> Option<String> {
+        self.inner
+            .lock()
+            .unwrap()
+            .as_ref()
+            .and_then(|r| r.active_scan())
+    }
+
     /// Pins the newest `n` frames (fewer if fewer have arrived) and returns (owner, first
     /// frame number); the owner's `array()` is the zero-copy view of exactly those pinned.
     fn pin_latest(&self, n: u64) -> PyResult<(RingView, u64)> {
@@ -139,6 +201,15 @@ impl PyRecorder {
 }
 
 impl PyRecorder {
+    fn with_recorder<T>(&self, f: impl FnOnce(&mut CoreRecorder) -> PyResult<T>) -> PyResult<T> {
+        match self.inner.lock().unwrap().as_mut() {
+            Some(r) => f(r),
+            None => Err(RecorderError::new_err(
+                "the recorder is not running: call start() first (scans need a running recorder)",
+            )),
+        }
+    }
+
     fn ring(&self) -> PyResult<Arc<Ring>> {
         let shared = self.shared.lock().unwrap().clone().ok_or_else(|| {
             RecorderError::new_err("the recorder has not been started: call start() first")

@@ -82,8 +82,9 @@ pub struct RecorderOptions {
     pub big_endian: bool,
     /// Serve GET /status and /metrics here (`HOST:PORT`, or `PORT` for localhost).
     pub status_listen: Option<String>,
-    /// Directories (one per disk) that scans are written to; none: no scans.
-    pub disks: Vec<PathBuf>,
+    /// Directories (one per disk) that scans are written to, or globs such as `/mnt/disk*`;
+    /// none: no scans.
+    pub disks: Vec<String>,
     /// Layout of scans on the disks: `file`, `vbs` or `mk6` (None: file on one disk, vbs on
     /// several).
     pub format: Option<String>,
@@ -506,19 +507,7 @@ fn scans(o: &RecorderOptions) -> Result<Option<ScanSetup>, ArgError> {
     if o.disks.is_empty() {
         return Ok(None);
     }
-    let mut disks: Vec<PathBuf> = Vec::new();
-    for d in &o.disks {
-        if d.as_os_str().is_empty() {
-            return Err(ArgError::new("disks", "an empty path names no directory"));
-        }
-        if disks.contains(d) {
-            return Err(ArgError::new(
-                "disks",
-                format!("{} is given twice: name each disk once", d.display()),
-            ));
-        }
-        disks.push(d.clone());
-    }
+    let disks = options::disk_dirs("disks", &o.disks)?;
     let format = match o.format.as_deref() {
         None if disks.len() == 1 => Format::File,
         None => Format::Vbs,

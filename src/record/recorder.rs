@@ -624,7 +624,13 @@ impl Recorder {
     }
 
     /// Ends the running scan now and waits until it is on disk; its summary.
-    pub fn stop_scan(&mut self) -> Result<ScanSummary, ScanError> {
+    pub fn stop_scan(&self) -> Result<ScanSummary, ScanError> {
+        self.end_scan()?;
+        self.wait_scan(None).ok_or(ScanError::NoScan)
+    }
+
+    /// Asks the running scan to end now (it is then written out: see `wait_scan`).
+    pub fn end_scan(&self) -> Result<(), ScanError> {
         let Some(gate) = &self.gate else {
             return Err(ScanError::NoDisks);
         };
@@ -632,7 +638,7 @@ impl Recorder {
             return Err(ScanError::NoScan);
         }
         gate.stop_scan();
-        gate.wait_scan(None).ok_or(ScanError::NoScan)
+        Ok(())
     }
 
     /// Waits (at most `timeout`) for the running scan to end by its stop time; its summary,
