@@ -183,6 +183,21 @@ def _cases() -> list[Case]:
     flag("record", "--status-listen", {"nonsense": "HOST:PORT", "99999": "HOST:PORT", "127.0.0.1:99999": "HOST:PORT",
                                        "": "HOST:PORT", "127.0.0.1:{busy_tcp}": "another address or port"})
     flag("record", "--status-listen", {"192.0.2.1:8089": "another address"})
+    # Scans: the disks and the name are checked before the ring is allocated; the name, start
+    # and stop when the scan starts (the recorder then stops at once, having written nothing).
+    scan = {"without": ("--no-write",), "extra": ("--disk={tmp}", "--scan=s")}
+    flag("record", "--disk", {"": EMPTY, nodir: "does not exist", "{tmp}/none*": "matches no directory"},
+         without=("--no-write",), extra=("--scan=s",))
+    flag("record", "--scan", {"a.b": "letters, digits", "x" * 65: "at most 64", "": "name the scan"},
+         without=("--no-write",), extra=("--disk={tmp}",))
+    flag("record", "--start", {"yesterday": "UTC time", "2026-13-01T00:00:00": "UTC time"}, **scan)
+    flag("record", "--stop", {"yesterday": "UTC time"}, **scan)
+    c("record", "--stop", "--start=2026-11-30T22:00:00", "--stop=2026-11-30T21:00:00", allowed="after it starts", **scan)
+    flag("record", "--format", {"mk5": "file, vbs or mk6"}, **scan)
+    flag("record", "--chunk-size", {"0": "at least", "1XB": SIZE_UNITS}, **scan)
+    flag("record", "--writers", {"0": r"1\.\.64", "abc": WHOLE}, **scan)
+    flag("record", "--disk-fault", {"nonsense": "DIR=full@SIZE", "{tmp}=melt@1MiB": "full or error",
+                                    "/elsewhere=full@1MiB": "not one of the disks"}, **scan)
 
     # -- send: the engine checks every option before the first datagram
     flag("send", "--to", {"nonsense": "HOST:PORT", "": "HOST:PORT", "127.0.0.1": "HOST:PORT",

@@ -167,10 +167,20 @@ fn free_space_note(
     fps: Option<u32>,
     bytes_per_second: f64,
 ) -> String {
-    let free: u64 = alive
-        .iter()
-        .filter_map(|i| crate::record::scan::disks::free_bytes(&disks.disks[*i].path))
-        .sum();
+    // Directories on one file system share its free space: count each file system once.
+    let mut seen = Vec::new();
+    let mut free = 0u64;
+    for i in alive {
+        let path = &disks.disks[*i].path;
+        let dev = std::fs::metadata(path).map(|m| std::os::unix::fs::MetadataExt::dev(&m));
+        if let Ok(dev) = dev {
+            if seen.contains(&dev) {
+                continue;
+            }
+            seen.push(dev);
+        }
+        free += crate::record::scan::disks::free_bytes(path).unwrap_or(0);
+    }
     let free_text = crate::units::format_size(free);
     let seconds = fps.and_then(|f| window.seconds(f));
     match (seconds, bytes_per_second > 0.0) {

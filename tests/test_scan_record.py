@@ -1,0 +1,330 @@
+"""Recording scans onto several disks: vbs and Mark6 layouts checked field by field against the
+reference (reassembled here independently of vdifrec's readers), VDIF-time windows to the
+frame, disks that fill or fail mid-scan, scan names, and `vdifrec record --scan`.
+
+Every stream is modest (the speed targets are benchmarks) and every wait is bounded. Where the
+host's socket buffer is small the kernel may drop frames: what is expected then follows from
+what it dropped (conftest.delivered), and the disks must hold exactly the frames received.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import vdifrec
+from conftest import delivered, frames_of, left_out, run_cli, vdif_keys
+
+FS = 8224
+FPS = 10_000
+START = dict(ref_epoch=53, start_second=2000)
+# Epoch 53 starts 2026-07-01; second 2000 of it is 00:33:20 UTC.
+T0 = "2026-07-01T00:33:20"
+CHUNK_RE = re.compile(r"^.+/[^/.]+\.([0-9]{8})$")  # jive5ab's chunk pattern
+
+
+def disks(tmp_path: Path, n: int) -> list[Path]:
+    out = []
+    for i in range(n):
+        d = tmp_path / f"disk{i}"
+        d.mkdir()
+        out.append(d)
+    return out
+
+
+def vbs_chunks(ds: list[Path], scan: str) -> dict[int, Path]:
+    """Every chunk of `scan` by number, as jive5ab finds them: `<disk>/<scan>/<scan>.NNNNNNNN`."""
+    found: dict[int, Path] = {}
+    for d in ds:
+        for f in sorted((d / scan).glob("*")) if (d / scan).is_dir() else []:
+            m = CHUNK_RE.match(str(f))
+            if m and f.name.startswith(scan + "."):
+                n = int(m.group(1))
+                assert n not in found, f"chunk {n} is on two disks"
+                found[n] = f
+    return found
+
+
+def gather_vbs(ds: list[Path], scan: str) -> bytes:
+    chunks = vbs_chunks(ds, scan)
+    assert sorted(chunks) == list(range(len(chunks))), "chunk numbers are 0..N-1"
+    data = b"".join(chunks[n].read_bytes() for n in sorted(chunks))
+    for n, f in chunks.items():
+        assert f.stat().st_size % FS == 0, f"chunk {n} holds whole frames"
+    return data
+
+
+def mk6_blocks(ds: list[Path], scan: str) -> tuple[dict[int, bytes], list[tuple[int, ...]]]:
+    """Each Mark6 file of the scan parsed by the reference's layout: 20-byte header (sync
+    0xfeed6666, version 2, block_size, packet_format 0, packet_size), then [blocknum, wb_size,
+    wb_size - 8 bytes] blocks."""
+    blocks: dict[int, bytes] = {}
+    headers = []
+    for d in ds:
+        f = d / scan
+        if not f.exists():
+            continue
+        raw = f.read_bytes()
+        assert raw[:4] == bytes([0x66, 0x66, 0xED, 0xFE])
+        sync, version, block_size, packet_format, packet_size = struct.unpack_from("<Iiiii", raw, 0)
+        headers.append((sync, version, block_size, packet_format, packet_size))
+        assert (version, packet_format, packet_size) == (2, 0, FS)
+        at, last = 20, -1
+        largest = 0
+        while at < len(raw):
+            num, wb = struct.unpack_from("<ii", raw, at)
+            assert num > last, "block numbers increase within a file"
+            assert (wb - 8) % FS == 0 and at + wb <= len(raw)
+            blocks[num] = raw[at + 8 : at + wb]
+            largest = max(largest, wb)
+            at, last = at + wb, num
+        assert block_size == largest, "block_size is the largest block, header included"
+    return blocks, headers
+
+
+def record(tmp_path: Path, rec_kw: dict, send_kw: dict, scan: dict | None = None):
+    """Starts a recorder on disks, starts a scan, sends, waits until every datagram is taken or
+    dropped by the kernel (bounded), stops the scan and the recorder."""
+    rec = vdifrec.Recorder(port=0, ring="64MiB", frame_size=FS, **rec_kw)
+    rec.start()
+    name = rec.start_scan(**(scan or dict(name="kvn_scan1")))
+    sent = vdifrec.send(rec.address, **send_kw)
+    d = delivered(rec.address, sent["frames_sent"], lambda: rec.stats().datagrams)
+    s = rec.stop_scan() if rec.scan else rec.wait_scan(10)
+    summary = rec.stop()
+    return name, s, summary, d
+
+
+def test_vbs_scan_over_three_disks_is_what_was_sent(tmp_path: Path) -> None:
+    ds = disks(tmp_path, 3)
+    sent_file = tmp_path / "sent.vdif"
+    name, s, run, d = record(
+        tmp_path,
+        dict(disks=[str(tmp_path / "disk*")], chunk_size="1MiB", writers=3),
+        dict(frames=20_000, fps=FPS, record_sent=sent_file, **START),
+    )
+    n = 20_000 - d.kernel_drops
+    assert name == "kvn_scan1" and s.name == "kvn_scan1" and s.format == "vbs"
+    assert s.invariant_holds and run.invariant_holds and s.error is None
+    assert s.frames == n and s.bytes_written == n * FS and s.bytes_dropped_disk == 0
+    data = gather_vbs(ds, "kvn_scan1")
+    recorded = frames_of(data)
+    if d.kernel_drops == 0:
+        assert data == sent_file.read_bytes()
+    assert len(left_out(frames_of(sent_file), recorded)) == d.kernel_drops
+    chunks = vbs_chunks(ds, "kvn_scan1")
+    # 1 MiB is 128 frames (a whole aligned run); the first chunk ends on a run boundary.
+    assert len(chunks) == s.chunks and all(f.stat().st_size <= 128 * FS for f in chunks.values())
+    assert sum(f.stat().st_size for f in chunks.values()) == s.bytes_written
+    assert sorted(f.path for f in s.files) == sorted(str(p) for p in chunks.values())
+    # Every disk took chunks; each disk's count is what is on it.
+    for disk, rec_disk in zip(ds, s.disks):
+        on_disk = [p for p in chunks.values() if p.parent.parent == disk]
+        assert rec_disk.path == str(disk) and rec_disk.chunks == len(on_disk) > 0
+        assert rec_disk.bytes == sum(p.stat().st_size for p in on_disk)
+    # The JSON summary lies beside the scan on each disk, and is not a chunk.
+    for disk in ds:
+        js = json.loads((disk / "kvn_scan1" / "kvn_scan1.summary.json").read_text())
+        assert js["name"] == "kvn_scan1" and js["frames"] == n and js["bytes_written"] == n * FS
+    assert run.scans[0].name == "kvn_scan1" and run.bytes_written == n * FS and run.bytes_outside_scans == 0
+
+
+def test_mk6_scan_matches_the_reference_layout(tmp_path: Path) -> None:
+    ds = disks(tmp_path, 4)
+    sent_file = tmp_path / "sent.vdif"
+    _, s, run, d = record(
+        tmp_path,
+        dict(disks=[str(x) for x in ds], format="mk6", chunk_size="1MiB", writers=2),
+        dict(frames=12_345, fps=FPS, record_sent=sent_file, **START),
+    )
+    n = 12_345 - d.kernel_drops
+    blocks, headers = mk6_blocks(ds, "kvn_scan1")
+    assert sorted(blocks) == list(range(len(blocks))) and len(blocks) == s.chunks
+    sizes = [len(blocks[k]) for k in sorted(blocks)]
+    assert all(x == 128 * FS for x in sizes[:-1]) and 0 < sizes[-1] <= 128 * FS, "only the last block is short"
+    data = b"".join(blocks[k] for k in sorted(blocks))
+    assert len(data) == n * FS == s.bytes_written
+    if d.kernel_drops == 0:
+        assert data == sent_file.read_bytes()
+    assert len(left_out(frames_of(sent_file), frames_of(data))) == d.kernel_drops
+    # The files' sizes are the frames plus the headers: 20 per file, 8 per block.
+    on_disk = sum((x / "kvn_scan1").stat().st_size for x in ds if (x / "kvn_scan1").exists())
+    assert on_disk == s.bytes_written + s.bytes_headers == n * FS + 20 * len(headers) + 8 * len(blocks)
+    assert s.invariant_holds and run.invariant_holds and s.bytes_dropped_disk == 0
+
+
+@pytest.mark.parametrize("fmt", ["vbs", "file"])
+def test_a_vdif_time_window_holds_exactly_its_frames(tmp_path: Path, fmt: str) -> None:
+    ds = disks(tmp_path, 2 if fmt == "vbs" else 1)
+    sent_file = tmp_path / "sent.vdif"
+    # [second 2000 + 0.25, second 2001 + 0.5): frames 2500..14999 of the 30000 sent.
+    _, s, run, d = record(
+        tmp_path,
+        dict(disks=[str(x) for x in ds], fps=FPS, chunk_size="1MiB"),
+        dict(frames=30_000, fps=FPS, record_sent=sent_file, **START),
+        scan=dict(name="w", start=f"{T0}.25", stop="2026y182d00h33m21.5s"),
+    )
+    sent = frames_of(sent_file)
+    _, sec, fnr = vdif_keys(sent)
+    t = (sec.astype(np.int64) - 2000) * FPS + fnr
+    window = sent[(t >= 2500) & (t < 15_000)]
+    data = gather_vbs(ds, "w") if fmt == "vbs" else (ds[0] / "w.vdif").read_bytes()
+    recorded = frames_of(data)
+    missing = left_out(window, recorded)
+    assert s.frames == len(recorded) == 12_500 - len(missing)
+    assert s.start is not None and s.start.startswith(f"{T0}.25")
+    assert s.first_frame is not None and s.last_frame is not None
+    if not missing:
+        assert data == window.tobytes()
+        assert s.ok and s.frames_lost == 0
+        assert s.first_frame.startswith(f"{T0}.25") and s.last_frame.startswith("2026-07-01T00:33:21.4999")
+    # Received but outside the window: counted, not written.
+    assert run.bytes_outside_scans == (30_000 - d.kernel_drops) * FS - s.bytes_buffered
+    assert run.invariant_holds
+
+
+def test_frames_missing_at_the_window_edges_count_as_lost(tmp_path: Path) -> None:
+    ds = disks(tmp_path, 1)
+    # The stream covers seconds 2000 and 2001 only; the window is [1999.5, 2002.5).
+    _, s, run, d = record(
+        tmp_path,
+        dict(disks=[str(ds[0])], fps=FPS),
+        dict(frames=20_000, fps=FPS, **START),
+        scan=dict(name="edges", start="2026-07-01T00:33:19.5", stop="2026-07-01T00:33:22.5"),
+    )
+    if d.kernel_drops == 0:
+        assert s.frames == 20_000
+        assert s.frames_lost_at_edges == 5_000 + 5_000
+        assert s.frames_lost == 10_000 and not s.ok
+
+
+def test_a_disk_that_fails_mid_scan_loses_nothing(tmp_path: Path) -> None:
+    ds = disks(tmp_path, 3)
+    sent_file = tmp_path / "sent.vdif"
+    _, s, run, d = record(
+        tmp_path,
+        dict(disks=[str(x) for x in ds], chunk_size="1MiB", writers=2, disk_faults={str(ds[1]): "error@3MiB"}),
+        dict(frames=15_000, fps=FPS, record_sent=sent_file, **START),
+    )
+    n = 15_000 - d.kernel_drops
+    assert s.invariant_holds and s.bytes_dropped_disk == 0 and s.bytes_written == n * FS
+    data = gather_vbs(ds, "kvn_scan1")
+    assert len(left_out(frames_of(sent_file), frames_of(data))) == d.kernel_drops
+    failed = s.disks[1]
+    assert failed.dropped is not None and "Input/output error" in failed.dropped
+    assert failed.bytes <= 3 << 20 and s.disks[0].dropped is None and s.disks[2].dropped is None
+    assert any(str(ds[1]) in note and "left the set" in note for note in s.notes)
+    # Nothing half-written stays on the failed disk.
+    assert all(p.stat().st_size % FS == 0 for p in (ds[1] / "kvn_scan1").glob("kvn_scan1.0*"))
+
+
+def test_when_every_disk_fills_the_scan_says_exactly_what_was_dropped(tmp_path: Path) -> None:
+    ds = disks(tmp_path, 2)
+    _, s, run, d = record(
+        tmp_path,
+        dict(disks=[str(x) for x in ds], chunk_size="1MiB", disk_faults={str(ds[0]): "full@2MiB", str(ds[1]): "full@3MiB"}),
+        dict(frames=10_000, fps=FPS, **START),
+    )
+    n = 10_000 - d.kernel_drops
+    on_disk = sum(p.stat().st_size for x in ds for p in (x / "kvn_scan1").glob("kvn_scan1.0*"))
+    assert s.bytes_written == on_disk and s.bytes_written + s.bytes_dropped_disk == n * FS
+    assert 0 < s.bytes_written <= 5 << 20 and s.bytes_dropped_disk > 0
+    assert all(x.dropped and "No space left" in x.dropped for x in s.disks)
+    assert s.error is not None and "no disk is left" in s.error
+    assert s.invariant_holds and run.invariant_holds and not run.ok
+    # The chunks that did reach the disks are whole and in order: chunk numbers 0..k-1.
+    assert sorted(vbs_chunks(ds, "kvn_scan1")) == list(range(len(vbs_chunks(ds, "kvn_scan1"))))
+
+
+def test_scan_names_are_checked_and_never_overwrite(tmp_path: Path) -> None:
+    ds = disks(tmp_path, 2)
+    (ds[1] / "taken").mkdir()
+    with vdifrec.Recorder(port=0, ring="64MiB", frame_size=FS, disks=[str(x) for x in ds]) as rec:
+        for bad in ["", "a.b", "a/b", "x" * 65, "white space"]:
+            with pytest.raises(vdifrec.ArgumentError, match=r"^name: "):
+                rec.start_scan(bad)
+        assert rec.start_scan("taken") == "takena"
+        with pytest.raises(vdifrec.RecorderError, match="takena is running"):
+            rec.start_scan("other")
+        rec.stop_scan()
+        assert rec.start_scan("taken") == "takenb"
+        rec.stop_scan()
+        with pytest.raises(vdifrec.ArgumentError, match=r"^start: "):
+            rec.start_scan("t", start="yesterday")
+    with pytest.raises(vdifrec.ArgumentError, match=r"^disks: "):
+        vdifrec.Recorder(disks=[str(tmp_path / "nothing*")])
+    with pytest.raises(vdifrec.ArgumentError, match=r"^format: "):
+        vdifrec.Recorder(disks=[str(x) for x in ds], format="file")
+
+
+def test_two_senders_into_one_port_are_one_stream(tmp_path: Path) -> None:
+    ds = disks(tmp_path, 2)
+    rec = vdifrec.Recorder(port=0, ring="64MiB", frame_size=FS, disks=[str(x) for x in ds], chunk_size="1MiB")
+    rec.start()
+    rec.start_scan("two")
+    a = vdifrec.send(rec.address, frames=5_000, fps=FPS, record_sent=tmp_path / "a.vdif", station=1, **START)
+    b = vdifrec.send(rec.address, frames=5_000, fps=FPS, record_sent=tmp_path / "b.vdif", station=2, **START)
+    d = delivered(rec.address, a["frames_sent"] + b["frames_sent"], lambda: rec.stats().datagrams)
+    s = rec.stop_scan()
+    rec.stop()
+    data = frames_of(gather_vbs(ds, "two"))
+    station = np.ascontiguousarray(data[:, 12:16]).view("<u4")[:, 0] & 0xFFFF
+    lost = len(left_out(frames_of(tmp_path / "a.vdif"), data[station == 1]))
+    lost += len(left_out(frames_of(tmp_path / "b.vdif"), data[station == 2]))
+    assert lost == d.kernel_drops and s.frames == 10_000 - d.kernel_drops and s.invariant_holds
+
+
+def test_record_command_writes_a_scan(tmp_path: Path) -> None:
+    ds = disks(tmp_path, 2)
+    sent_file = tmp_path / "sent.vdif"
+    port_file = tmp_path / "out.txt"
+    with open(port_file, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vdifrec.cli", "record", "--port", "0", "--disk", str(tmp_path / "disk*"), "--scan", "kvn_scan1",
+             "--format", "mk6", "--chunk-size", "1MiB", "--frames", "8000", "--frame-size", str(FS),
+             "--ring", "64MiB", "--quiet", "--summary-json", str(tmp_path / "s.json")],
+            stdout=out, stderr=subprocess.STDOUT, text=True,
+        )
+    try:
+        port = None
+        for _ in range(300):
+            m = re.search(r"listening on [0-9.]+:(\d+)", port_file.read_text())
+            if m:
+                port = int(m.group(1))
+                break
+            time.sleep(0.05)
+        assert port is not None, port_file.read_text()
+        vdifrec.send(("127.0.0.1", port), frames=8000, fps=FPS, record_sent=sent_file, **START)
+        # Ends by itself at 8000 frames; a kernel drop would leave it waiting: bounded.
+        try:
+            rc = proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            rc = proc.wait(timeout=20)
+    finally:
+        proc.kill() if proc.poll() is None else None
+    text = port_file.read_text()
+    assert "scan kvn_scan1: recording" in text and "Scan kvn_scan1 (mk6)" in text, text
+    s = json.loads((tmp_path / "s.json").read_text())
+    blocks, _ = mk6_blocks(ds, "kvn_scan1")
+    data = b"".join(blocks[k] for k in sorted(blocks))
+    assert len(data) == s["scans"][0]["bytes_written"] == s["bytes_written"]
+    assert len(left_out(frames_of(sent_file), frames_of(data))) == 8000 - s["frames_received"]
+    assert rc == (0 if s["ok"] else 1)
+
+
+def test_record_command_names_the_scan_flags() -> None:
+    r = run_cli("record", "--port", "0", "--disk", "/tmp", "--scan", "a.b", "--frame-size", str(FS), "--ring", "64MiB")
+    assert r.returncode == 2 and "--scan" in r.stderr, r.stderr
+    r = run_cli("record", "--port", "0", "--disk", "/tmp")
+    assert r.returncode == 2 and "--scan NAME" in r.stderr
+    r = run_cli("record", "--port", "0", "--scan", "x")
+    assert r.returncode == 2 and "--disk" in r.stderr
