@@ -4,8 +4,12 @@
 
 use crate::record::config::Target;
 use crate::record::ring::{Ring, RingMemory};
+use crate::record::scan::disks::DiskSet;
+use crate::record::scan::gate::{Gate, ScanPlan};
+use crate::record::scan::window::Window;
 use crate::record::shared::Shared;
 use crate::record::writer::{self, WriterConfig};
+use crate::vdif::layout::Format;
 use serde::Serialize;
 use socket2::{SockAddr, Socket};
 use std::net::{IpAddr, SocketAddr};
@@ -140,16 +144,7 @@ pub fn writer_throughput(
     let ring = Ring::new(memory, frame_size).map_err(|e| e.to_string())?;
     let ring = Arc::new(ring);
     shared.set_ring(ring.clone());
-    let header = crate::tools::generate::SignalSpec {
-        frame_size,
-        ref_epoch: Some(53),
-        start_second: Some(0),
-        ..Default::default()
-    }
-    .template()
-    .map_err(|e| e.to_string())?;
-    let mut frame = vec![0x5au8; frame_size];
-    header.write_to(&mut frame);
+    let frame = bench_frame(frame_size)?;
     let cfg = WriterConfig {
         target: Target::Dir {
             dir: dir.to_path_buf(),
@@ -165,22 +160,7 @@ pub fn writer_throughput(
     let sh = shared.clone();
     let t0 = Instant::now();
     let writer = std::thread::spawn(move || writer::run(sh, cfg));
-    let mut seq = 0u64;
-    while seq < total {
-        let k = ring.reserve(seq, (seq + 1024).min(total));
-        if k == 0 {
-            std::thread::sleep(Duration::from_micros(50));
-            continue;
-        }
-        for i in 0..k {
-            // SAFETY: reserved slots belong to this producer until published.
-            unsafe {
-                std::ptr::copy_nonoverlapping(frame.as_ptr(), ring.slot_ptr(seq + i), frame_size);
-            }
-        }
-        seq += k;
-        ring.publish(seq);
-    }
+    feed(&ring, &frame, total);
     shared.set_capture_done();
     writer
         .join()
@@ -194,5 +174,91 @@ pub fn writer_throughput(
         cpu_s,
         direct: direct_used,
         error: shared.error(),
+    })
+}
+
+/// One frame with a valid header, copied into every slot by `feed`.
+fn bench_frame(frame_size: usize) -> Result<Vec<u8>, String> {
+    let header = crate::tools::generate::SignalSpec {
+        frame_size,
+        ref_epoch: Some(53),
+        start_second: Some(0),
+        ..Default::default()
+    }
+    .template()
+    .map_err(|e| e.to_string())?;
+    let mut frame = vec![0x5au8; frame_size];
+    header.write_to(&mut frame);
+    Ok(frame)
+}
+
+/// Publishes `total` copies of `frame` into the ring as fast as its consumer frees slots.
+fn feed(ring: &Ring, frame: &[u8], total: u64) {
+    let mut seq = 0u64;
+    while seq < total {
+        let k = ring.reserve(seq, (seq + 1024).min(total));
+        if k == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+            continue;
+        }
+        for i in 0..k {
+            // SAFETY: reserved slots belong to this producer until published.
+            unsafe {
+                std::ptr::copy_nonoverlapping(frame.as_ptr(), ring.slot_ptr(seq + i), frame.len());
+            }
+        }
+        seq += k;
+        ring.publish(seq);
+    }
+}
+
+/// The scan writers alone, fed from memory: one scan of `total_bytes` in `format` over
+/// `disks` with `writers` threads, timed from the first frame to the last chunk on disk (the
+/// caller removes the scan).
+pub fn scan_writer_throughput(
+    disks: &[std::path::PathBuf],
+    total_bytes: u64,
+    frame_size: usize,
+    format: Format,
+    chunk_bytes: u64,
+    writers: usize,
+) -> Result<WriterBench, String> {
+    let shared = Arc::new(Shared::new(true));
+    let ring_bytes = (chunk_bytes * (writers as u64 + 2)).max(256 << 20);
+    let memory =
+        RingMemory::new(ring_bytes, true, true, Some(frame_size)).map_err(|e| e.to_string())?;
+    let ring = Arc::new(Ring::new(memory, frame_size).map_err(|e| e.to_string())?);
+    shared.set_ring(ring.clone());
+    let frame = bench_frame(frame_size)?;
+    let set = Arc::new(DiskSet::new(disks, &[]));
+    let mut gate = Gate::start(shared.clone(), set, false).map_err(|e| e.to_string())?;
+    gate.start_scan(ScanPlan {
+        name: "bench_scan".into(),
+        requested_name: "bench_scan".into(),
+        window: Window::default(),
+        start_text: None,
+        stop_text: None,
+        format,
+        chunk_bytes,
+        writers,
+        direct: true,
+        fps: None,
+        writer_cpus: Vec::new(),
+        notes: Vec::new(),
+    });
+    let total = total_bytes / frame_size as u64;
+    let t0 = Instant::now();
+    feed(&ring, &frame, total);
+    shared.set_capture_done();
+    gate.join();
+    let seconds = t0.elapsed().as_secs_f64();
+    let (scans, _) = gate.results();
+    let s = scans.last().ok_or("the scan did not finish")?;
+    Ok(WriterBench {
+        bytes: s.bytes_written,
+        seconds,
+        cpu_s: 0.0,
+        direct: s.notes.iter().any(|n| n.contains("O_DIRECT writes")),
+        error: s.error.clone(),
     })
 }

@@ -38,6 +38,7 @@ __all__ = [
     "two_bit_state_fractions",
     "verify_sent",
     "writer_throughput",
+    "scan_writer_throughput",
     "__version__",
 ]
 
@@ -267,6 +268,11 @@ def disk_write_test(
     directory: str | PathLike[str], block: int, threads: int, max_bytes: int, seconds: float
 ) -> tuple[float, bool]:
     """Host probe: (bytes per second, O_DIRECT used) of a short write test."""
+def scan_writer_throughput(
+    disks: list[str | PathLike[str]], total_bytes: int, format: str = "vbs", chunk_size: int = 268435456,
+    writers: int = 3, frame_size: int = 8224,
+) -> str:
+    """Benchmark probe (``bench`` builds): the scan writers alone, fed from memory; JSON."""
 def writer_throughput(directory: str | PathLike[str], total_bytes: int, frame_size: int = 8224, direct: bool = True) -> str:
     """Benchmark baseline (bench builds only): the writer alone, fed from memory (JSON)."""
 

@@ -95,10 +95,41 @@ fn plain_lut_decode(
     Ok(())
 }
 
+/// Benchmark probe: the scan writers alone, fed from memory, one scan over `disks`; JSON
+/// with bytes, seconds, direct.
+#[pyfunction]
+#[pyo3(signature = (disks, total_bytes, format="vbs", chunk_size=256 << 20, writers=3, frame_size=8224))]
+fn scan_writer_throughput(
+    py: Python<'_>,
+    disks: Vec<std::path::PathBuf>,
+    total_bytes: u64,
+    format: &str,
+    chunk_size: u64,
+    writers: usize,
+    frame_size: usize,
+) -> PyResult<String> {
+    let format = crate::vdif::layout::Format::parse(format)
+        .ok_or_else(|| RecorderError::new_err(format!("format {format:?}: file, vbs or mk6")))?;
+    let r = py
+        .detach(|| {
+            crate::baseline::scan_writer_throughput(
+                &disks,
+                total_bytes,
+                frame_size,
+                format,
+                chunk_size,
+                writers,
+            )
+        })
+        .map_err(RecorderError::new_err)?;
+    to_json(&r)
+}
+
 /// Registers the baselines on the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<DiscardReceiver>()?;
     m.add_function(wrap_pyfunction!(writer_throughput, m)?)?;
+    m.add_function(wrap_pyfunction!(scan_writer_throughput, m)?)?;
     m.add_function(wrap_pyfunction!(plain_lut_decode, m)?)?;
     Ok(())
 }
