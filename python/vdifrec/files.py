@@ -58,7 +58,7 @@ def check(
     if disks is not None:
         text = _core.check_scan(os.fspath(path), expand_disks(disks), format, options)
     elif format is not None:
-        raise _core.ArgumentError(f"format: {format!r} applies to a scan; give disks=[...] with it")
+        raise _core.ArgumentError(f"format: {format!r} applies to a scan; give the scan's disks with it")
     else:
         text = _core.check(os.fspath(path), options)
     report: dict[str, Any] = json.loads(text)

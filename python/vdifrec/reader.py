@@ -59,7 +59,7 @@ class Reader:
             self.disks = expand_disks(disks)
             self._core = _core.FileReader.scan(self.name, self.disks, format, to_hz(sample_rate))
         elif format is not None:
-            raise _core.ArgumentError(f"format: {format!r} applies to a scan; give disks=[...] with it")
+            raise _core.ArgumentError(f"format: {format!r} applies to a scan; give the scan's disks with it")
         else:
             self._core = _core.FileReader(self.name, to_hz(sample_rate))
         self._offset = 0
