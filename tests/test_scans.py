@@ -268,6 +268,10 @@ def test_disk_arguments_and_names(tmp_path: Path, cli) -> None:
     assert res.returncode == 2
     assert res.stderr.strip() == f"vdifrec scans: error: --disk: '{nowhere}' matches no directory; " \
         "check the pattern (quote it so the shell leaves it alone)"
+    # A disk named twice (itself and through a glob) counts once.
+    with vdifrec.open("s1", disks=[str(disks[1]), str(tmp_path / "disk*")]) as fh:
+        assert fh.disks == [str(disks[1]), str(disks[0]), str(disks[1]), str(disks[2])]
+        assert fh.shape[0] == 200 * fh.samples_per_frame
     with pytest.raises(vdifrec.ArgumentError, match="is not a directory"):
         vdifrec.scans([str(tmp_path / "original.vdif")])
     with pytest.raises(FileNotFoundError, match="no scan s2 on"):

@@ -246,14 +246,23 @@ fn disk_list(disks: &[PathBuf]) -> String {
         .join(", ")
 }
 
-fn check_disks(disks: &[PathBuf]) -> Result<(), ScanError> {
+/// The disks, each a directory, each once: a disk named twice (`/m0` and a glob `/m*`) would
+/// otherwise show every part on it twice. The first spelling of each is kept.
+fn distinct_disks(disks: &[PathBuf]) -> Result<Vec<PathBuf>, ScanError> {
     if disks.is_empty() {
         return Err(ScanError::NoDisks);
     }
-    match disks.iter().find(|d| !d.is_dir()) {
-        Some(d) => Err(ScanError::NotADirectory(d.clone())),
-        None => Ok(()),
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for d in disks {
+        if !d.is_dir() {
+            return Err(ScanError::NotADirectory(d.clone()));
+        }
+        if seen.insert(d.canonicalize().unwrap_or_else(|_| d.clone())) {
+            out.push(d.clone());
+        }
     }
+    Ok(out)
 }
 
 fn is_file(p: &Path) -> bool {
@@ -406,7 +415,7 @@ impl ScanLayout {
         disks: &[PathBuf],
         format: Option<Format>,
     ) -> Result<ScanLayout, ScanError> {
-        check_disks(disks)?;
+        let disks = &distinct_disks(disks)?;
         let mut present: BTreeSet<&'static str> = BTreeSet::new();
         let mut formats = Vec::new();
         for d in disks {
@@ -767,7 +776,7 @@ pub fn open_scan(
 /// Every scan on `disks`, by name then format. A scan that cannot be read as it is is listed
 /// with its `error`; only a disk that cannot be read fails the listing.
 pub fn find_scans(disks: &[PathBuf]) -> Result<Vec<ScanSummary>, ScanError> {
-    check_disks(disks)?;
+    let disks = &distinct_disks(disks)?;
     let mut found: BTreeSet<(String, &'static str)> = BTreeSet::new();
     for d in disks {
         for entry in std::fs::read_dir(d).map_err(ScanError::io(d))? {
@@ -978,7 +987,11 @@ mod tests {
         std::fs::write(layout::summary_path(&d.disks[0], "s1", Format::Vbs), "{}").unwrap();
         std::fs::write(dir.join("notes.txt"), "x").unwrap();
         std::fs::write(dir.join("s1.0000001"), "x").unwrap();
-        let s = ScanLayout::locate("s1", &d.disks, None).unwrap();
+        // A disk named twice counts once.
+        let mut twice = d.disks.clone();
+        twice.push(d.root.join("m1/../m0"));
+        let s = ScanLayout::locate("s1", &twice, None).unwrap();
+        assert_eq!(s.disks, d.disks);
         assert_eq!(s.format, Format::Vbs);
         assert_eq!(s.parts.len(), 6);
         assert_eq!(s.missing, Vec::<u64>::new());
