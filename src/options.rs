@@ -209,6 +209,42 @@ pub fn memory_available() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// Disk directories as given: each a directory or a glob such as `/mnt/disk*` (expanded,
+/// sorted, directories only), each disk once (named twice, as itself and through a glob, it is
+/// still one disk). A glob that matches nothing is an error naming `name`.
+pub fn disk_dirs(name: &str, given: &[String]) -> Result<Vec<std::path::PathBuf>, ArgError> {
+    let mut out: Vec<std::path::PathBuf> = Vec::new();
+    for g in given {
+        if g.is_empty() {
+            return Err(ArgError::new(name, "an empty path names no directory"));
+        }
+        let found: Vec<std::path::PathBuf> = if g.contains(['*', '?', '[']) {
+            let paths = glob::glob(g)
+                .map_err(|e| ArgError::new(name, format!("{g:?} is not a valid pattern: {e}")))?;
+            let mut v: Vec<_> = paths
+                .filter_map(Result::ok)
+                .filter(|p| p.is_dir())
+                .collect();
+            v.sort();
+            if v.is_empty() {
+                return Err(ArgError::new(
+                    name,
+                    format!("{g:?} matches no directory: mount the disks, or check the pattern"),
+                ));
+            }
+            v
+        } else {
+            vec![std::path::PathBuf::from(g)]
+        };
+        for p in found {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,44 +280,4 @@ mod tests {
         );
         assert!(ip("bind", "nonsense").is_err());
     }
-}
-
-/// Disk directories as given: each a directory or a glob such as `/mnt/disk*` (expanded,
-/// sorted, directories only). A glob that matches nothing, or a name given twice, is an error
-/// naming `name`.
-pub fn disk_dirs(name: &str, given: &[String]) -> Result<Vec<std::path::PathBuf>, ArgError> {
-    let mut out: Vec<std::path::PathBuf> = Vec::new();
-    for g in given {
-        if g.is_empty() {
-            return Err(ArgError::new(name, "an empty path names no directory"));
-        }
-        let found: Vec<std::path::PathBuf> = if g.contains(['*', '?', '[']) {
-            let paths = glob::glob(g)
-                .map_err(|e| ArgError::new(name, format!("{g:?} is not a valid pattern: {e}")))?;
-            let mut v: Vec<_> = paths
-                .filter_map(Result::ok)
-                .filter(|p| p.is_dir())
-                .collect();
-            v.sort();
-            if v.is_empty() {
-                return Err(ArgError::new(
-                    name,
-                    format!("{g:?} matches no directory: mount the disks, or check the pattern"),
-                ));
-            }
-            v
-        } else {
-            vec![std::path::PathBuf::from(g)]
-        };
-        for p in found {
-            if out.contains(&p) {
-                return Err(ArgError::new(
-                    name,
-                    format!("{} is given twice: name each disk once", p.display()),
-                ));
-            }
-            out.push(p);
-        }
-    }
-    Ok(out)
 }

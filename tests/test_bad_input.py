@@ -65,6 +65,9 @@ VALID: dict[str, dict[str, tuple[str, ...]]] = {
     "generate": {"out": ("{tmp}/g.vdif",), "--seconds": ("--seconds=0.001",), "--fps": ("--fps=1000",)},
     "check": {"file": ("{sample}",)},
     "info": {"file": ("{sample}",)},
+    "scans": {"--disk": ("--disk={tmp}",)},
+    # No scan s on {tmp}: only a bad option's own error can come first.
+    "gather": {"scan": ("s",), "--disk": ("--disk={tmp}",), "-o": ("-o", "{tmp}/gathered.vdif")},
     # --duration stops whatever would wrongly start; nothing waits for traffic.
     "record": {"--port": ("--port=0",), "--no-write": ("--no-write",), "--duration": ("--duration=1",), "--ring": ("--ring=32MiB",)},
     "monitor": {"port": ("0",), "--duration": ("--duration=1",), "--ring": ("--ring=32MiB",)},
@@ -139,6 +142,21 @@ def _cases() -> list[Case]:
     c("check", "--fps", "{tmp}/nope.vdif", "--fps=0", allowed=FPS, without=("{sample}",))
     flag("check", "--frame-size", {"0": "multiple of 8", "7": "multiple of 8", "-8": "multiple of 8", "8220": "multiple of 8", "abc": WHOLE})
     c("check", "--frame-size", "{tmp}/nope.vdif", "--frame-size=0", allowed="multiple of 8", without=("{sample}",))
+    # -- scans on several disks: --disk is a directory or a glob; a glob matching nothing is named
+    nothing = "{tmp}/nothing*"
+    c("check", "--disk", f"--disk={nothing}", allowed="matches no directory")
+    c("check", "--disk", "--disk=", allowed=EMPTY)
+    flag("check", "--format", {"vdif": "choose from", "vbs": "applies to a scan"})
+    c("scans", "--disk", f"--disk={nothing}", allowed="matches no directory")
+    c("scans", "--disk", f"--disk={nodir}", allowed="not a directory")
+    c("scans", "--disk", "--disk=", allowed=EMPTY)
+    c("gather", "scan", "", allowed=EMPTY)
+    c("gather", "scan", "nosuchscan", allowed="check the name", names="no scan nosuchscan")
+    c("gather", "--disk", f"--disk={nothing}", allowed="matches no directory")
+    c("gather", "--disk", f"--disk={nodir}", allowed="not a directory")
+    flag("gather", "--format", {"vdif": "choose from"})
+    c("gather", "-o", "-o", f"{nodir}/x.vdif", allowed="not a folder")
+    c("gather", "-o", "-o", "", allowed=EMPTY)
 
     # -- info
     c("info", "file", "", allowed=EMPTY)

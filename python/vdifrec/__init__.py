@@ -13,13 +13,24 @@ import warnings as _warnings
 from pathlib import Path as _Path
 
 from . import _core
-from ._core import ArgumentError, FormatError, Header, HeaderError, OutputError, PortInUseError, RecorderError, SenderError
+from ._core import (
+    ArgumentError,
+    FormatError,
+    GapError,
+    Header,
+    HeaderError,
+    OutputError,
+    PortInUseError,
+    RecorderError,
+    SenderError,
+)
 from .files import check, generate
 from .reader import Reader, decode, open
 from .quality import BitStats, Fringe, Spectrum, Tone, bstate, find_tones, fringe, spectrum
 from .recorder import Recorder, Sender, send
 from .remote import RemoteStatus
 from .reports import DiskRecord, FileRecord, ScanSummary, SecondRow, Stats, Summary, ThreadSecond
+from .scans import gather, scans
 
 __version__: str = _core.__version__
 
@@ -44,6 +55,7 @@ __all__ = [
     "FileRecord",
     "Fringe",
     "FormatError",
+    "GapError",
     "Header",
     "HeaderError",
     "OutputError",
@@ -70,8 +82,10 @@ __all__ = [
     "defaults",
     "find_tones",
     "fringe",
+    "gather",
     "generate",
     "open",
+    "scans",
     "send",
     "spectrum",
 ]

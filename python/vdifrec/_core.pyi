@@ -12,6 +12,7 @@ __all__ = [
     "CrossAccumulator",
     "FileReader",
     "FormatError",
+    "GapError",
     "Header",
     "HeaderError",
     "OutputError",
@@ -26,14 +27,18 @@ __all__ = [
     "bit_states",
     "build_profile",
     "check",
+    "check_scan",
     "cross_frames",
     "decode_payloads",
     "defaults",
+    "expand_disks",
     "disk_write_test",
     "find_tones",
+    "gather",
     "generate",
     "parse_size_arg",
     "plain_lut_decode",
+    "scans",
     "spectrum_frames",
     "two_bit_state_fractions",
     "verify_sent",
@@ -53,6 +58,9 @@ class HeaderError(ValueError):
 
 class FormatError(ValueError):
     """A file is not readable as the VDIF stream it claims to be."""
+
+class GapError(FormatError):
+    """A scan lacks parts (vbs chunks, Mark6 blocks) between its first and its last; the message names them and the VDIF time they leave out."""
 
 class RecorderError(RuntimeError):
     """The recorder could not start or failed."""
@@ -143,6 +151,8 @@ class CheckOptions(TypedDict, total=False):
     fps: int | None
     frame_size: int | None
 
+def expand_disks(disks: list[str]) -> list[str]:
+    """Disk directories with globs expanded (sorted, each once); ArgumentError for a glob matching none."""
 def defaults() -> dict[str, dict[str, Any]]:
     """Every option's default, by part: ``recorder``, ``sender``, ``signal``, ``generate``, ``check``."""
 
@@ -374,6 +384,12 @@ class Header:
 @final
 class FileReader:
     def __new__(cls, path: str | PathLike[str], sample_rate: float | None = None) -> FileReader: ...
+    @staticmethod
+    def scan(
+        name: str, disks: list[str], format: str | None = None, sample_rate: float | None = None
+    ) -> FileReader:
+        """Scan ``name`` on ``disks``, its parts in order (``format``: file, vbs, mk6; None detects it).
+        A scan with a missing part raises GapError."""
     @property
     def header0(self) -> Header: ...
     @property
@@ -399,7 +415,9 @@ class FileReader:
     def cross(
         self, other: FileReader | None, ia: int, ib: int, nfft: int, start: int = 0, nint: int | None = None
     ) -> tuple[int, float, float, float, npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64], int]: ...
-    def frames(self) -> npt.NDArray[np.uint8]: ...
+    def frame_parts(self) -> list[npt.NDArray[np.uint8]]:
+        """Each part's whole frames (one part for a file; chunks or blocks for a scan) as
+        read-only (n_frames, frame_size) uint8 arrays over the memory maps themselves."""
 
 def decode_payloads(
     frames: npt.NDArray[np.uint8], header_size: int, bits: int, out: npt.NDArray[np.float32]
@@ -408,6 +426,12 @@ def plain_lut_decode(data: npt.NDArray[np.uint8], out: npt.NDArray[np.float32]) 
     """Benchmark baseline (bench builds only): 2-bit lookup-table decode of raw bytes."""
 def check(path: str | PathLike[str], options: CheckOptions | None = None) -> str:
     """Checks a file in one pass; the report as JSON."""
+def check_scan(name: str, disks: list[str], format: str | None = None, options: CheckOptions | None = None) -> str:
+    """Checks a scan over its parts in order; the report as JSON, with ``scan`` naming any missing part."""
+def scans(disks: list[str]) -> str:
+    """Every scan on ``disks``, as JSON (a list of summaries)."""
+def gather(name: str, disks: list[str], out: str, format: str | None = None, allow_gaps: bool = False) -> str:
+    """Writes scan ``name``'s frames in order into the new file ``out``; the report as JSON."""
 def generate(path: str | PathLike[str], options: GenerateOptions) -> Header:
     """Writes a synthetic recording; the header of its first frame."""
 def parse_size_arg(name: str, text: str) -> int: ...

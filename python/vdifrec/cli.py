@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _cli_doctor, _cli_monitor, _cli_quality, _cli_record, _cli_watch, _core
+from . import _cli_doctor, _cli_monitor, _cli_quality, _cli_record, _cli_scans, _cli_watch, _core
 from ._cli_args import (
     DEFAULTS,
     OptionError,
@@ -76,12 +76,14 @@ def _run_generate(a: argparse.Namespace) -> int:
 def _add_check(sub: Any) -> None:
     p = sub.add_parser(
         "check",
-        help="check a VDIF file: frames, gaps, order, duplicates, corruption",
-        description="One pass over a VDIF file, in constant memory: frames, threads, per-second "
-        "counts per thread, gaps, out-of-order and duplicate frames, invalid-flagged frames, "
-        "corrupt stretches. Exit status 0 when clean, 1 when anything is wrong, 2 on usage errors.",
+        help="check a VDIF file or a scan: frames, gaps, order, duplicates, corruption",
+        description="One pass over a VDIF file (or, with --disk, a scan's parts in order), in constant "
+        "memory: frames, threads, per-second counts per thread, gaps, out-of-order and duplicate frames, "
+        "invalid-flagged frames, corrupt stretches, and a scan's missing chunks. Exit status 0 when "
+        "clean, 1 when anything is wrong, 2 on usage errors.",
     )
-    p.add_argument("file", type=path, help="VDIF file")
+    p.add_argument("file", type=path, help="VDIF file, or with --disk the scan's name")
+    _cli_scans.add_disk_arguments(p, required=False)
     p.add_argument("--fps", type=integer, help="frames per second per thread (default: learned)")
     p.add_argument("--frame-size", type=integer, help="frame size in bytes (default: from the first header)")
     p.add_argument("--json", action="store_true", help="print the report as JSON (keys in the README)")
@@ -91,7 +93,7 @@ def _add_check(sub: Any) -> None:
 
 def _run_check(a: argparse.Namespace) -> int:
     try:
-        report = check(a.file, fps=a.fps, frame_size=a.frame_size)
+        report = check(a.file, fps=a.fps, frame_size=a.frame_size, disks=a.disks, format=a.format)
     except OSError as exc:
         raise UsageError(os_error(exc)) from None
     except _core.FormatError as exc:
@@ -109,7 +111,11 @@ def print_check_report(r: dict[str, Any], every_second: bool = False) -> None:
     f = r["format"]
     t = r["totals"]
     kind = "legacy" if f["legacy"] else f"EDV {f['edv']}"
-    print(f"file         {r['path']} ({r['file_bytes']} bytes)")
+    scan = r.get("scan")
+    if scan:
+        print(f"scan         {r['path']}: {r['file_bytes']} bytes in {scan['parts']} {scan['part_word']}(s)")
+    else:
+        print(f"file         {r['path']} ({r['file_bytes']} bytes)")
     print(
         f"format       {f['frame_size']}-byte frames, {kind}, {f['nchan']} ch x {f['bits']} bit "
         f"{'complex' if f['complex'] else 'real'}, station {r['station_id']}"
@@ -141,6 +147,8 @@ def print_check_report(r: dict[str, Any], every_second: bool = False) -> None:
         print(f"corrupt      {c['bytes']} bytes at offset {c['offset']} ({c['reason']})")
     if r["corrupt_stretches"] > len(r["corrupt"]):
         print(f"corrupt      ... {r['corrupt_stretches'] - len(r['corrupt'])} more stretches not listed")
+    for g in scan["gaps"] if scan else []:
+        print(f"missing      {g['description']}")
     if r["trailing_bytes"]:
         print(f"trailing     {r['trailing_bytes']} bytes after the last whole frame")
     w = r["header_warnings"]
@@ -183,6 +191,7 @@ _COMMANDS: list[Callable[[Any], None]] = [
     _add_generate,
     _add_check,
     _add_info,
+    _cli_scans.add_scans,
     _cli_record.add_record,
     _cli_record.add_send,
     _cli_monitor.add_monitor,

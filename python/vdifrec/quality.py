@@ -314,6 +314,22 @@ _LEVELS = {
 }
 
 
+def _frame_states(parts: list[npt.NDArray[np.uint8]]) -> tuple[list[int], npt.NDArray[np.int64], int]:
+    """State counts per thread of whole frames given in parts (a scan's chunks): (threads,
+    counts (thread, channel, state), bits)."""
+    h = _core.Header.from_bytes(bytes(parts[0][0, :32]), verify=False)
+    by_thread: dict[int, npt.NDArray[np.int64]] = {}
+    for frames in parts:
+        words = np.ascontiguousarray(frames[:, :16]).view("<u4")
+        tid = (words[:, 3] >> 16) & 0x3FF
+        for t in np.unique(tid).tolist():
+            rows = np.ascontiguousarray(frames[tid == t])
+            c = _core.bit_states(rows, h.header_size, h.bits, h.nchan, h.complex).astype(np.int64)
+            by_thread[t] = by_thread[t] + c if t in by_thread else c
+    threads = sorted(by_thread)
+    return threads, np.stack([by_thread[t] for t in threads]), h.bits
+
+
 def bstate(x: Any, bits: int | None = None) -> BitStats:
     """Fraction of samples in each quantisation state per (thread, channel), like m5bstate.
 
@@ -321,19 +337,12 @@ def bstate(x: Any, bits: int | None = None) -> BitStats:
     array, the values must be decoded levels and ``bits`` says which (default: guessed).
     """
     if isinstance(x, Reader):
-        frames = x.frames
+        parts = x.frame_parts
     else:
         frames = np.asarray(x)
-    if frames.dtype == np.uint8 and frames.ndim == 2:
-        h = _core.Header.from_bytes(bytes(frames[0, :32]), verify=False)
-        words = np.ascontiguousarray(frames[:, :16]).view("<u4")
-        tid = (words[:, 3] >> 16) & 0x3FF
-        threads = sorted(set(tid.tolist()))
-        counts = np.stack([
-            _core.bit_states(np.ascontiguousarray(frames[tid == t]), h.header_size, h.bits, h.nchan, h.complex)
-            for t in threads
-        ]).astype(np.int64)
-        b = h.bits
+        parts = [frames] if frames.dtype == np.uint8 and frames.ndim == 2 else []
+    if parts:
+        threads, counts, b = _frame_states(parts)
     else:
         a = np.asarray(x, dtype=np.float32)
         if a.ndim == 1:

@@ -1,4 +1,5 @@
-"""Reading VDIF files as a stream of samples, in the manner of baseband's ``vdif.open(path, 'rs')``."""
+"""Reading VDIF files, and scans recorded over several disks, as a stream of samples, in the
+manner of baseband's ``vdif.open(path, 'rs')``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy.typing as npt
 
 from . import _core
 from ._units import to_hz
+from .scans import Disks, expand_disks
 
 __all__ = ["FrameSets", "Reader", "open", "decode"]
 
@@ -21,7 +23,7 @@ def _utc(seconds: int, fraction: float) -> _dt.datetime:
 
 
 class Reader:
-    """A VDIF file read as a continuous series of samples.
+    """A VDIF file, or a scan on several disks, read as a continuous series of samples.
 
     Use :func:`vdifrec.open` to make one. Samples come out shaped ``(time, thread, channel)``
     with dimensions of length one removed (baseband's ``squeeze``), as ``float32`` for real
@@ -38,11 +40,28 @@ class Reader:
         ``(n_samples,) + sample_shape``.
     thread_ids : list of int
         Threads in the file, sorted; the order of the thread axis.
+    disks : list of str or None
+        For a scan, the disks it was opened from (None for a file).
     """
 
-    def __init__(self, path: str | os.PathLike[str], sample_rate: Any = None, squeeze: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        sample_rate: Any = None,
+        squeeze: bool = True,
+        *,
+        disks: Disks | None = None,
+        format: str | None = None,  # noqa: A002
+    ) -> None:
         self.name = os.fspath(path)
-        self._core = _core.FileReader(self.name, to_hz(sample_rate))
+        self.disks: list[str] | None = None
+        if disks is not None:
+            self.disks = expand_disks(disks)
+            self._core = _core.FileReader.scan(self.name, self.disks, format, to_hz(sample_rate))
+        elif format is not None:
+            raise _core.ArgumentError(f"format: {format!r} applies to a scan; give the scan's disks with it")
+        else:
+            self._core = _core.FileReader(self.name, to_hz(sample_rate))
         self._offset = 0
         h = self._core.header0
         self._full_sample_shape = (len(self._core.thread_ids), h.nchan)
@@ -108,13 +127,21 @@ class Reader:
         return self.start_time + _dt.timedelta(seconds=self.shape[0] / self.sample_rate)
 
     @property
-    def frames(self) -> npt.NDArray[np.uint8]:
-        """The file's whole frames as a read-only ``(n_frames, frame_size)`` uint8 array.
+    def frames(self) -> npt.NDArray[np.uint8] | list[npt.NDArray[np.uint8]]:
+        """The whole frames as read-only ``(n_frames, frame_size)`` uint8 arrays.
 
-        The array is the memory map itself: no bytes are copied, and the file stays mapped
-        while the array lives.
+        For a file, one array; for a scan (opened with ``disks=``), a list with one array per
+        part (vbs chunk, Mark6 block) in stream order, since the parts lie in separate files.
+        The arrays are the memory maps themselves: no bytes are copied, and the files stay
+        mapped while an array lives.
         """
-        return self._core.frames()
+        parts = self._core.frame_parts()
+        return parts if self.disks is not None else parts[0]
+
+    @property
+    def frame_parts(self) -> list[npt.NDArray[np.uint8]]:
+        """The whole frames part by part, always a list (one array for a file); see ``frames``."""
+        return self._core.frame_parts()
 
     # -- position ---------------------------------------------------------------------
     def tell(self) -> int:
@@ -206,25 +233,39 @@ class Reader:
         )
 
 
-def open(path: str | os.PathLike[str], sample_rate: Any = None, squeeze: bool = True) -> Reader:  # noqa: A001
-    """Opens a VDIF file for reading samples.
+def open(  # noqa: A001
+    path: str | os.PathLike[str],
+    sample_rate: Any = None,
+    squeeze: bool = True,
+    *,
+    disks: Disks | None = None,
+    format: str | None = None,  # noqa: A002
+) -> Reader:
+    """Opens a VDIF file, or a scan recorded over several disks, for reading samples.
 
     Parameters
     ----------
     path : str or os.PathLike
-        The file.
+        The file; with ``disks``, the scan's name (``"kvn_scan1"``).
     sample_rate : float or astropy.units.Quantity, optional
         Samples per second per channel, in Hz. Needed only for a file too short to show the
         frame-number wrap whose header (EDV 1/3) does not carry the rate; the error says so.
     squeeze : bool, optional
         Remove thread and channel dimensions of length one (default, as baseband does).
+    disks : str, os.PathLike or list of them, optional
+        Read the scan ``path`` from these directories (mount points), or globs such as
+        ``"/mnt/disk*"`` (expanded, sorted). Its parts (FlexBuff chunks, Mark6 blocks) are put
+        in order by their numbers and read as one stream. A scan with a missing part raises
+        ``GapError``, naming the parts and the VDIF time they leave out.
+    format : {"file", "vbs", "mk6"}, optional
+        The scan's layout; detected from what is on the disks by default.
 
     Returns
     -------
     Reader
         Context manager with ``read``, ``seek``, ``tell``, ``frames`` and the stream's properties.
     """
-    return Reader(path, sample_rate=sample_rate, squeeze=squeeze)
+    return Reader(path, sample_rate=sample_rate, squeeze=squeeze, disks=disks, format=format)
 
 
 _THREAD_SHIFT = np.uint32(16)

@@ -13,6 +13,8 @@ use crate::record::accounting::{
 use crate::record::classify::StreamFormat;
 use crate::vdif::header::Header;
 use crate::vdif::header::{check_fps, frame_size_from};
+use crate::vdif::layout::Format;
+use crate::vdif::scan::{part_word, PartGap, ScanError, ScanLayout};
 use crate::vdif::time::VdifTime;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -36,6 +38,8 @@ pub enum CheckError {
     NoFrame { path: PathBuf, scanned: usize },
     #[error(transparent)]
     BadArgument(#[from] ArgError),
+    #[error(transparent)]
+    Scan(#[from] ScanError),
 }
 
 /// What a check may be told, as a user gives it (`vdifrec.check`, `vdifrec check`); the
@@ -110,15 +114,35 @@ pub struct CheckReport {
     /// Bytes after the last whole frame.
     pub trailing_bytes: u64,
     pub header_warnings: HeaderWarnings,
-    /// Nothing lost, out of order, duplicated, invalid, corrupt or odd.
+    /// Nothing lost, out of order, duplicated, invalid, corrupt or odd (and, for a scan, no
+    /// part missing).
     pub clean: bool,
+    /// For a scan: its layout and the parts missing (absent for a file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scan: Option<ScanNote>,
+}
+
+/// What a check of a scan adds: where its parts are and which are missing. Offsets in the
+/// report (`corrupt`) count bytes of frames in the scan's stream, parts concatenated.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScanNote {
+    pub name: String,
+    pub format: Format,
+    pub disks: Vec<String>,
+    /// Parts found (vbs chunks, mk6 blocks).
+    pub parts: usize,
+    /// What a part is called in this format: "chunk", "block" or "file".
+    pub part_word: &'static str,
+    pub missing: Vec<u64>,
+    /// The missing parts as runs, with the frames on either side.
+    pub gaps: Vec<PartGap>,
 }
 
 /// Checks a file.
 pub fn check_file(path: impl AsRef<Path>, opts: &CheckOptions) -> Result<CheckReport, CheckError> {
     let path = path.as_ref();
     // Options first: a bad one is reported even when the file is bad too.
-    let (fps, frame_size) = opts.checked()?;
+    opts.checked()?;
     let io = |source| CheckError::Io {
         path: path.to_path_buf(),
         source,
@@ -126,8 +150,44 @@ pub fn check_file(path: impl AsRef<Path>, opts: &CheckOptions) -> Result<CheckRe
     let mut file = File::open(path).map_err(io)?;
     let file_bytes = file.metadata().map_err(io)?.len();
     advise_sequential(&file);
+    check_stream(&mut file, path, file_bytes, opts)
+}
+
+/// Checks a scan over its parts in order, as one stream: a missing part shows as the frames
+/// it held counted lost (between the frames on either side), and is named in `scan`.
+pub fn check_scan(scan: &ScanLayout, opts: &CheckOptions) -> Result<CheckReport, CheckError> {
+    opts.checked()?;
+    let gaps = scan.gaps()?;
+    let label = PathBuf::from(scan.label());
+    let mut report = check_stream(&mut scan.reader(), &label, scan.bytes(), opts)?;
+    report.clean &= gaps.is_empty();
+    report.scan = Some(ScanNote {
+        name: scan.name.clone(),
+        format: scan.format,
+        disks: scan.disks.iter().map(|d| d.display().to_string()).collect(),
+        parts: scan.parts.len(),
+        part_word: part_word(scan.format),
+        missing: scan.missing.clone(),
+        gaps,
+    });
+    Ok(report)
+}
+
+/// Checks the bytes `source` gives (`file_bytes` of them), named `path` in the report.
+fn check_stream(
+    source: &mut dyn Read,
+    path: &Path,
+    file_bytes: u64,
+    opts: &CheckOptions,
+) -> Result<CheckReport, CheckError> {
+    let (fps, frame_size) = opts.checked()?;
+    let io = |source| CheckError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = source;
     let mut buf = vec![0u8; CHUNK];
-    let mut filled = read_some(&mut file, &mut buf, 0).map_err(io)?;
+    let mut filled = read_some(file, &mut buf, 0).map_err(io)?;
 
     // The stream's layout: from the first position where a frame is followed by another.
     let (format, start, problem) =
@@ -166,7 +226,7 @@ pub fn check_file(path: impl AsRef<Path>, opts: &CheckOptions) -> Result<CheckRe
             base += pos as u64;
             filled -= pos;
             pos = 0;
-            let got = read_some(&mut file, &mut buf, filled).map_err(io)?;
+            let got = read_some(file, &mut buf, filled).map_err(io)?;
             eof = filled + got < buf.len();
             filled += got;
         }
@@ -329,6 +389,7 @@ impl Scanner {
             trailing_bytes: trailing,
             header_warnings: self.warnings,
             clean,
+            scan: None,
         }
     }
 }
@@ -368,7 +429,7 @@ fn find_format(
     None
 }
 
-fn read_some(file: &mut File, buf: &mut [u8], from: usize) -> std::io::Result<usize> {
+fn read_some(file: &mut dyn Read, buf: &mut [u8], from: usize) -> std::io::Result<usize> {
     let mut n = 0;
     while from + n < buf.len() {
         match file.read(&mut buf[from + n..]) {

@@ -426,15 +426,18 @@ impl FrameSource for crate::vdif::VdifFile {
     }
     fn frame(&self, t: usize, k: usize) -> Option<(&[u8], bool)> {
         let info = self.info();
-        let (fs, n) = (info.frame_size, info.thread_ids.len());
-        let data = self.frame_bytes();
-        let set = k * n * fs;
+        let n = info.thread_ids.len();
+        let set = k * n;
         let want = info.thread_ids[t];
         let hs = info.header0.header_size();
         // Files usually hold threads in order: look at position t first.
         let order = std::iter::once(t).chain((0..n).filter(move |&j| j != t));
         for j in order {
-            let frame = data.get(set + j * fs..set + (j + 1) * fs)?;
+            if set + j >= info.n_frames {
+                return None;
+            }
+            // The inherent `VdifFile::frame` (frame k of the stream), not this trait's.
+            let frame = crate::vdif::VdifFile::frame(self, set + j);
             if let Ok(h) = crate::vdif::Header::parse_unchecked(frame) {
                 if h.thread_id() == want {
                     return Some((&frame[hs..], h.is_invalid()));

@@ -286,6 +286,28 @@ pub fn check(
     to_json(&report)
 }
 
+/// Checks scan `name` on `disks` over its parts in order (`options` as for `check`); returns
+/// the report as JSON text, with `scan` naming any missing part.
+#[pyfunction]
+#[pyo3(signature = (name, disks, format=None, options=None))]
+pub fn check_scan(
+    py: Python<'_>,
+    name: &str,
+    disks: Vec<std::path::PathBuf>,
+    format: Option<&str>,
+    options: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let opts: CheckOptions = match options {
+        Some(o) => super::options_from(o)?,
+        None => CheckOptions::default(),
+    };
+    let scan = super::scan::locate(py, name, &disks, format)?;
+    let report = py
+        .detach(|| crate::analysis::check::check_scan(&scan, &opts))
+        .map_err(check_err)?;
+    to_json(&report)
+}
+
 /// Expected 2-bit state fractions for Gaussian input quantised at ±threshold σ.
 #[pyfunction]
 pub fn two_bit_state_fractions(threshold_sigma: f64) -> (f64, f64, f64, f64) {
@@ -302,6 +324,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cross_frames, m)?)?;
     m.add_function(wrap_pyfunction!(bit_states, m)?)?;
     m.add_function(wrap_pyfunction!(check, m)?)?;
+    m.add_function(wrap_pyfunction!(check_scan, m)?)?;
     m.add_function(wrap_pyfunction!(two_bit_state_fractions, m)?)?;
     Ok(())
 }

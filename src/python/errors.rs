@@ -6,15 +6,19 @@ use crate::analysis::check::CheckError;
 use crate::analysis::spectrum::SpectrumError;
 use crate::options::ArgError;
 use crate::record::capture::udp::UdpError;
-use crate::record::recorder::{RecordError, ScanError};
+use crate::record::recorder::{RecordError, ScanCommandError};
 use crate::record::ring::RingError;
+use crate::tools::gather::GatherError;
 use crate::tools::generate::GenerateError;
 use crate::tools::sender::SendError;
 use crate::vdif::decode::DecodeError;
 use crate::vdif::file::FileError;
 use crate::vdif::header::HeaderError as CoreHeaderError;
+use crate::vdif::scan::ScanError;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyIndexError, PyOSError, PyValueError};
+use pyo3::exceptions::{
+    PyFileExistsError, PyFileNotFoundError, PyIndexError, PyOSError, PyValueError,
+};
 use pyo3::prelude::*;
 
 create_exception!(
@@ -34,6 +38,12 @@ create_exception!(
     FormatError,
     PyValueError,
     "A file is not readable as the VDIF stream it claims to be."
+);
+create_exception!(
+    vdifrec,
+    GapError,
+    FormatError,
+    "A scan lacks parts (vbs chunks, Mark6 blocks) between its first and its last; the message names them and the VDIF time they leave out."
 );
 
 create_exception!(
@@ -93,12 +103,12 @@ pub fn record_err(e: RecordError) -> PyErr {
     }
 }
 
-pub fn scan_err(e: ScanError) -> PyErr {
+pub fn scan_command_err(e: ScanCommandError) -> PyErr {
     match e {
         // Bad names and times are bad arguments: ValueError, named.
-        ScanError::BadName(_) | ScanError::BadTime { .. } | ScanError::NoDisks => {
-            ArgumentError::new_err(e.to_string())
-        }
+        ScanCommandError::BadName(_)
+        | ScanCommandError::BadTime { .. }
+        | ScanCommandError::NoDisks => ArgumentError::new_err(e.to_string()),
         _ => RecorderError::new_err(e.to_string()),
     }
 }
@@ -156,6 +166,35 @@ pub fn check_err(e: CheckError) -> PyErr {
         } => io_err(source, e.to_string(), path),
         CheckError::NoFrame { .. } => FormatError::new_err(e.to_string()),
         CheckError::BadArgument(a) => arg_err(a),
+        CheckError::Scan(s) => scan_err(s),
+    }
+}
+
+pub fn scan_err(e: ScanError) -> PyErr {
+    match e {
+        ScanError::Io {
+            ref path,
+            ref source,
+        } => io_err(source, e.to_string(), path),
+        ScanError::NotFound { .. } => PyFileNotFoundError::new_err(e.to_string()),
+        ScanError::NoDisks | ScanError::NotADirectory(_) | ScanError::Ambiguous { .. } => {
+            ArgumentError::new_err(e.to_string())
+        }
+        ScanError::Gaps { .. } => GapError::new_err(e.to_string()),
+        ScanError::File(f) => file_err(f),
+        _ => FormatError::new_err(e.to_string()),
+    }
+}
+
+pub fn gather_err(e: GatherError) -> PyErr {
+    match e {
+        GatherError::Scan(s) => scan_err(s),
+        GatherError::Exists(_) => PyFileExistsError::new_err(e.to_string()),
+        GatherError::Write {
+            ref path,
+            ref source,
+        } => io_err(source, e.to_string(), path),
+        GatherError::Read { .. } => PyOSError::new_err(e.to_string()),
     }
 }
 
@@ -182,6 +221,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ArgumentError", py.get_type::<ArgumentError>())?;
     m.add("HeaderError", py.get_type::<HeaderError>())?;
     m.add("FormatError", py.get_type::<FormatError>())?;
+    m.add("GapError", py.get_type::<GapError>())?;
     m.add("RecorderError", py.get_type::<RecorderError>())?;
     m.add("PortInUseError", py.get_type::<PortInUseError>())?;
     m.add("OutputError", py.get_type::<OutputError>())?;

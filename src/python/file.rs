@@ -1,14 +1,16 @@
-//! `FileReader` (behind `vdifrec.open`): a memory-mapped VDIF file read and decoded in
-//! parallel, its spectra and fringes, its frames as a zero-copy array; and the decoding of
+//! `FileReader` (behind `vdifrec.open`): a memory-mapped VDIF file, or a scan on several
+//! disks, read and decoded in parallel, its spectra and fringes, its frames as a zero-copy array; and the decoding of
 //! frames from anywhere (a live view).
 
 use super::analysis::{fringe_tuple, power_array, FringeTuple};
-use super::errors::{decode_err, file_err, spectrum_err};
+use super::errors::{decode_err, file_err, scan_err, spectrum_err};
 use super::header::PyHeader;
+use super::scan::format_arg;
 use crate::analysis::fringe::fringe_of;
 use crate::analysis::spectrum::{spectra_of, FrameSource};
 use crate::vdif::decode::{DecodeError, Decoder};
 use crate::vdif::file::VdifFile;
+use crate::vdif::scan::open_scan;
 use numpy::ndarray::ArrayView2;
 use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2};
 use pyo3::exceptions::PyValueError;
@@ -28,6 +30,24 @@ impl FileReader {
         let file = py
             .detach(|| VdifFile::open(&path, sample_rate))
             .map_err(file_err)?;
+        Ok(FileReader { file })
+    }
+
+    /// Scan `name` on `disks`, its parts in order (`format`: file, vbs, mk6; None detects it).
+    /// A scan with a missing part raises GapError.
+    #[staticmethod]
+    #[pyo3(signature = (name, disks, format=None, sample_rate=None))]
+    fn scan(
+        py: Python<'_>,
+        name: &str,
+        disks: Vec<std::path::PathBuf>,
+        format: Option<&str>,
+        sample_rate: Option<f64>,
+    ) -> PyResult<Self> {
+        let format = format_arg(format)?;
+        let file = py
+            .detach(|| open_scan(name, &disks, format, sample_rate))
+            .map_err(scan_err)?;
         Ok(FileReader { file })
     }
 
@@ -137,15 +157,23 @@ impl FileReader {
         fringe_tuple(py, f)
     }
 
-    /// The file's whole frames as a read-only (n_frames, frame_size) uint8 array over the
-    /// memory map itself; the array keeps this reader (and the map) alive.
-    fn frames<'py>(slf: Bound<'py, Self>) -> Bound<'py, PyArray2<u8>> {
+    /// Each part's whole frames (one part for a file; chunks or blocks for a scan) as
+    /// read-only (n_frames, frame_size) uint8 arrays over the memory maps themselves; each
+    /// array keeps this reader (and the maps) alive.
+    fn frame_parts<'py>(slf: Bound<'py, Self>) -> Vec<Bound<'py, PyArray2<u8>>> {
         let reader = slf.get();
-        let bytes = reader.file.frame_bytes();
-        let (rows, cols) = (reader.file.info().n_frames, reader.file.info().frame_size);
-        // SAFETY: the map lives as long as `slf`, which becomes the array's base object; it is
-        // never remapped.
-        unsafe { readonly_view(bytes.as_ptr(), rows, cols, slf.into_any()) }
+        let fs = reader.file.info().frame_size;
+        reader
+            .file
+            .frame_parts()
+            .map(|bytes| {
+                // SAFETY: the maps live as long as `slf`, which becomes each array's base
+                // object; they are never remapped.
+                unsafe {
+                    readonly_view(bytes.as_ptr(), bytes.len() / fs, fs, slf.clone().into_any())
+                }
+            })
+            .collect()
     }
 }
 

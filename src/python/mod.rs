@@ -1,6 +1,6 @@
 //! Python bindings (`vdifrec._core`), one file per part of the core they wrap: `header`,
 //! `file` (reader and decoding), `recorder` (and its views), `sender` (and the generator),
-//! `analysis`, `errors` (every exception, and the one place core errors become them), and
+//! `scan` (scans on several disks: listing, gathering), `analysis`, `errors` (every exception, and the one place core errors become them), and
 //! `baseline` (benchmarks only). Each converts arguments, runs the core in `py.detach`, and
 //! converts back; nothing here decides what a Rust user would also need.
 
@@ -11,6 +11,7 @@ mod errors;
 mod file;
 mod header;
 mod recorder;
+mod scan;
 mod sender;
 
 use pyo3::prelude::*;
@@ -113,11 +114,21 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sender::generate, m)?)?;
     m.add_function(wrap_pyfunction!(sender::verify_sent, m)?)?;
     analysis::register(m)?;
+    scan::register(m)?;
     #[cfg(feature = "bench")]
     baseline::register(m)?;
     m.add_function(wrap_pyfunction!(defaults, m)?)?;
     m.add_function(wrap_pyfunction!(parse_size_arg, m)?)?;
+    m.add_function(wrap_pyfunction!(expand_disks, m)?)?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     m.add_function(wrap_pyfunction!(disk_write_test, m)?)?;
     Ok(())
+}
+
+/// The directories `disks` names (globs such as `/mnt/disk*` expanded, sorted, each disk once),
+/// as the recorder reads its `disks` option; a glob that matches nothing raises ArgumentError.
+#[pyfunction]
+fn expand_disks(disks: Vec<String>) -> PyResult<Vec<String>> {
+    let dirs = crate::options::disk_dirs("disks", &disks).map_err(errors::arg_err)?;
+    Ok(dirs.into_iter().map(|p| p.display().to_string()).collect())
 }

@@ -1,7 +1,7 @@
 //! `Recorder` (behind `vdifrec.Recorder`) and `RingView`, the owner of a zero-copy view of
 //! ring frames.
 
-use super::errors::{arg_err, record_err, ring_err, scan_err, RecorderError};
+use super::errors::{arg_err, record_err, ring_err, scan_command_err, RecorderError};
 use super::file::readonly_view;
 use super::to_json;
 use crate::options::ArgError;
@@ -143,14 +143,14 @@ impl PyRecorder {
             start: time("start", start)?,
             stop: time("stop", stop)?,
         };
-        self.with_recorder(|r| py.detach(|| r.start_scan(req)).map_err(scan_err))
+        self.with_recorder(|r| py.detach(|| r.start_scan(req)).map_err(scan_command_err))
     }
 
     /// Ends the running scan now; waits (up to `timeout` s, None: as long as it takes) until
     /// it is on disk and returns its summary as JSON (None if still being written).
     #[pyo3(signature = (timeout=None))]
     fn stop_scan(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<String>> {
-        self.with_recorder(|r| r.end_scan().map_err(scan_err))?;
+        self.with_recorder(|r| r.end_scan().map_err(scan_command_err))?;
         self.wait_scan(py, timeout)
     }
 

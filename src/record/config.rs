@@ -661,7 +661,7 @@ mod tests {
             }),
             "disks"
         );
-        assert_eq!(name(|o| o.disks = vec!["/a".into(), "/a".into()]), "disks");
+        assert_eq!(name(|o| o.disks = vec!["/nowhere/disk*".into()]), "disks");
         assert_eq!(
             name(|o| {
                 two(o);

@@ -97,7 +97,7 @@ fn check_target(t: &Target) -> Result<(), RecordError> {
 }
 
 #[derive(Debug, Error)]
-pub enum ScanError {
+pub enum ScanCommandError {
     #[error("disks: this recorder has no disks to write scans to: give disks=[...] (--disk DIR)")]
     NoDisks,
     #[error("scan {0} is running: stop it first (stop_scan, record=off)")]
@@ -554,19 +554,19 @@ impl Recorder {
     /// Starts a scan: from now (or from `start`, VDIF time) until `stop_scan` (or `stop`),
     /// the frames in the window are written to the disks. Returns the name used on disk: the
     /// name asked for, or with jive5ab's suffix (`a`, `b`, …) when a scan of that name exists.
-    pub fn start_scan(&mut self, req: ScanRequest) -> Result<String, ScanError> {
+    pub fn start_scan(&mut self, req: ScanRequest) -> Result<String, ScanCommandError> {
         let (Some(gate), Some(disks), Some(setup)) = (&self.gate, &self.disks, &self.config.scans)
         else {
-            return Err(ScanError::NoDisks);
+            return Err(ScanCommandError::NoDisks);
         };
         if let Some(name) = gate.active() {
-            return Err(ScanError::Busy(name));
+            return Err(ScanCommandError::Busy(name));
         }
         if self.shared.finished() {
-            return Err(ScanError::Finished);
+            return Err(ScanCommandError::Finished);
         }
         if let Some(why) = layout::scan_name_problem(&req.name) {
-            return Err(ScanError::BadName(why));
+            return Err(ScanCommandError::BadName(why));
         }
         let c = self.shared.capture_stats();
         let fps = self
@@ -574,11 +574,11 @@ impl Recorder {
             .fps
             .or((c.frames_per_second > 0).then_some(c.frames_per_second));
         let window = Window::new(req.start, req.stop, fps)
-            .map_err(|(name, why)| ScanError::BadTime { name, why })?;
+            .map_err(|(name, why)| ScanCommandError::BadTime { name, why })?;
         let name = unused_name(&req.name, disks, &self.scan_names);
         let alive = disks.alive();
         if alive.is_empty() {
-            return Err(ScanError::NoDiskLeft);
+            return Err(ScanCommandError::NoDiskLeft);
         }
         let frame_size = self.config.frame_size.unwrap_or(c.frame_size);
         let bits_per_second = match (fps, frame_size) {
@@ -634,18 +634,18 @@ impl Recorder {
     }
 
     /// Ends the running scan now and waits until it is on disk; its summary.
-    pub fn stop_scan(&self) -> Result<ScanSummary, ScanError> {
+    pub fn stop_scan(&self) -> Result<ScanSummary, ScanCommandError> {
         self.end_scan()?;
-        self.wait_scan(None).ok_or(ScanError::NoScan)
+        self.wait_scan(None).ok_or(ScanCommandError::NoScan)
     }
 
     /// Asks the running scan to end now (it is then written out: see `wait_scan`).
-    pub fn end_scan(&self) -> Result<(), ScanError> {
+    pub fn end_scan(&self) -> Result<(), ScanCommandError> {
         let Some(gate) = &self.gate else {
-            return Err(ScanError::NoDisks);
+            return Err(ScanCommandError::NoDisks);
         };
         if gate.active().is_none() {
-            return Err(ScanError::NoScan);
+            return Err(ScanCommandError::NoScan);
         }
         gate.stop_scan();
         Ok(())

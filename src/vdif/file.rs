@@ -5,8 +5,12 @@
 //! in frame set `i / samples_per_frame`, located by position in the file (not by its header
 //! time), so files whose frame rate is not a whole number per second read correctly.
 //! Frames flagged invalid read as zeros, as baseband fills them.
+//!
+//! The frames come from a `FrameStore`: one memory map for a file, or several for a scan
+//! spread over disks (`vdif::scan`); the reader does not care which.
 
 use super::decode::{DecodeError, Decoder};
+use super::frames::FrameStore;
 use super::header::{Header, HeaderError};
 use memmap2::Mmap;
 use std::fs::File;
@@ -85,10 +89,10 @@ impl StreamInfo {
     }
 }
 
-/// A memory-mapped VDIF file.
+/// A memory-mapped VDIF file, or a scan read as one.
 pub struct VdifFile {
     path: PathBuf,
-    map: Mmap,
+    frames: FrameStore,
     info: StreamInfo,
     decoder: Decoder,
 }
@@ -98,11 +102,7 @@ impl VdifFile {
     /// to show the frame-number wrap and its header does not carry the rate.
     pub fn open(path: impl AsRef<Path>, sample_rate: Option<f64>) -> Result<VdifFile, FileError> {
         let path = path.as_ref().to_path_buf();
-        if let Some(sr) = sample_rate {
-            if !(sr.is_finite() && sr > 0.0) {
-                return Err(FileError::BadSampleRate(sr));
-            }
-        }
+        check_sample_rate(sample_rate)?;
         let file = File::open(&path).map_err(|source| FileError::Open {
             path: path.clone(),
             source,
@@ -128,18 +128,51 @@ impl VdifFile {
             source,
         })?;
         let frame_size = header0.frame_size();
-        let n_frames = map.len() / frame_size;
-        let scan = Scan {
-            path: &path,
-            data: &map,
-            frame_size,
-            n_frames,
+        if map.len() < frame_size {
+            return Err(FileError::TooShort {
+                path,
+                bytes: map.len(),
+                needed: frame_size,
+                threads: 1,
+                frame_size,
+            });
+        }
+        let frames = FrameStore::file(&path, map, frame_size);
+        VdifFile::from_frames(path, frames, sample_rate)
+    }
+
+    /// Reads `frames` (a file's, or a scan's parts in order) as one stream; `path` names it in
+    /// messages. `sample_rate` as for `open`.
+    pub fn from_frames(
+        path: PathBuf,
+        frames: FrameStore,
+        sample_rate: Option<f64>,
+    ) -> Result<VdifFile, FileError> {
+        check_sample_rate(sample_rate)?;
+        let frame_size = frames.frame_size();
+        let n_frames = frames.n_frames();
+        let Some(first) = frames.get(0) else {
+            return Err(FileError::TooShort {
+                path,
+                bytes: 0,
+                needed: frame_size,
+                threads: 1,
+                frame_size,
+            });
         };
-        let thread_ids = scan.thread_ids()?;
+        let header0 = Header::parse(first).map_err(|source| FileError::FirstHeader {
+            path: path.clone(),
+            source,
+        })?;
+        let walk = HeaderWalk {
+            frames: &frames,
+            frame_size,
+        };
+        let thread_ids = walk.thread_ids()?;
         let samples_per_frame = header0.samples_per_frame();
         let (sample_rate, source) = match sample_rate {
             Some(sr) => (sr, "given"),
-            None => match scan.frame_rate_from_wrap()? {
+            None => match walk.frame_rate_from_wrap()? {
                 Some(fps) => (fps * samples_per_frame as f64, "frame-number wrap"),
                 None => match header0.sample_rate_hz() {
                     Some(sr) => (sr, "header"),
@@ -152,12 +185,11 @@ impl VdifFile {
                 },
             },
         };
-        let set_bytes = frame_size * thread_ids.len();
-        if map.len() < set_bytes {
+        if n_frames < thread_ids.len() {
             return Err(FileError::TooShort {
                 path,
-                bytes: map.len(),
-                needed: set_bytes,
+                bytes: n_frames * frame_size,
+                needed: thread_ids.len() * frame_size,
                 threads: thread_ids.len(),
                 frame_size,
             });
@@ -166,7 +198,7 @@ impl VdifFile {
         let info = StreamInfo {
             header0,
             frame_size,
-            n_framesets: map.len() / set_bytes,
+            n_framesets: n_frames / thread_ids.len(),
             thread_ids,
             samples_per_frame,
             sample_rate,
@@ -176,7 +208,7 @@ impl VdifFile {
         };
         Ok(VdifFile {
             path,
-            map,
+            frames,
             info,
             decoder,
         })
@@ -190,9 +222,15 @@ impl VdifFile {
         &self.path
     }
 
-    /// The whole frames of the file, as bytes.
-    pub fn frame_bytes(&self) -> &[u8] {
-        &self.map[..self.info.n_frames * self.info.frame_size]
+    /// The whole frames, part by part (one part for a file), as bytes.
+    pub fn frame_parts(&self) -> impl Iterator<Item = &[u8]> {
+        self.frames.parts()
+    }
+
+    /// Frame `k` of the stream (`k < n_frames`).
+    #[inline]
+    pub fn frame(&self, k: usize) -> &[u8] {
+        self.frames.frame(k)
     }
 
     /// Decodes samples `start..start + count` into `out`, laid out (sample, thread, value):
@@ -220,7 +258,6 @@ impl VdifFile {
             .into());
         }
         let spf = info.samples_per_frame;
-        let fs = info.frame_size;
         let hs = info.header0.header_size();
         let mut scratch = if nthread > 1 {
             vec![0f32; spf.min(count) * group]
@@ -233,11 +270,11 @@ impl VdifFile {
             let sample = start + done;
             let (set, in_frame) = (sample / spf, sample % spf);
             let n = (spf - in_frame).min(count - done);
-            let set_start = set * nthread * fs;
+            let set_first = set * nthread;
             let dst = &mut out[done * row..(done + n) * row];
             filled.fill(false);
             for j in 0..nthread {
-                let frame = &self.map[set_start + j * fs..set_start + (j + 1) * fs];
+                let frame = self.frames.frame(set_first + j);
                 let Ok(h) = Header::parse_unchecked(frame) else {
                     continue;
                 };
@@ -308,26 +345,31 @@ impl VdifFile {
     }
 }
 
-/// Header scans over the start of a file.
-struct Scan<'a> {
-    path: &'a Path,
-    data: &'a [u8],
-    frame_size: usize,
-    n_frames: usize,
+fn check_sample_rate(sample_rate: Option<f64>) -> Result<(), FileError> {
+    match sample_rate {
+        Some(sr) if !(sr.is_finite() && sr > 0.0) => Err(FileError::BadSampleRate(sr)),
+        _ => Ok(()),
+    }
 }
 
-impl Scan<'_> {
+/// Header walks over the start of a stream.
+struct HeaderWalk<'a> {
+    frames: &'a FrameStore,
+    frame_size: usize,
+}
+
+impl HeaderWalk<'_> {
     fn header(&self, k: usize) -> Result<Header, FileError> {
-        let offset = k * self.frame_size;
-        let h = Header::parse_unchecked(&self.data[offset..]).map_err(|source| {
+        let (path, offset) = self.frames.whereis(k);
+        let h = Header::parse_unchecked(self.frames.frame(k)).map_err(|source| {
             FileError::FirstHeader {
-                path: self.path.to_path_buf(),
+                path: path.to_path_buf(),
                 source,
             }
         })?;
         if h.frame_size() != self.frame_size {
             return Err(FileError::FrameSizeChanged {
-                path: self.path.to_path_buf(),
+                path: path.to_path_buf(),
                 offset,
                 found: h.frame_size(),
                 expected: self.frame_size,
@@ -335,17 +377,16 @@ impl Scan<'_> {
         }
         Ok(h)
     }
-
     /// Thread ids of the first frame sets: frame sets are read until the set of threads has
     /// not grown for two more (baseband's rule), or the file ends.
     fn thread_ids(&self) -> Result<Vec<u32>, FileError> {
         let mut ids: Vec<u32> = Vec::new();
         let mut k = 0;
         let mut checks_left = 1;
-        while checks_left > 0 && k < self.n_frames {
+        while checks_left > 0 && k < self.frames.n_frames() {
             let frame_nr = self.header(k)?.frame_nr();
             let before = ids.len();
-            while k < self.n_frames {
+            while k < self.frames.n_frames() {
                 let h = self.header(k)?;
                 if h.frame_nr() != frame_nr {
                     break;
@@ -371,10 +412,10 @@ impl Scan<'_> {
         let mut k = 0;
         let fnr0 = self.header(0)?.frame_nr();
         let mut max_frame = fnr0;
-        while k < self.n_frames && self.header(k)?.frame_nr() == fnr0 {
+        while k < self.frames.n_frames() && self.header(k)?.frame_nr() == fnr0 {
             k += 1;
         }
-        while k < self.n_frames {
+        while k < self.frames.n_frames() {
             let fnr = self.header(k)?.frame_nr();
             if fnr == 0 {
                 return Ok(Some(max_frame as f64 + 1.0));

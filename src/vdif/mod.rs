@@ -2,8 +2,10 @@
 
 pub mod decode;
 pub mod file;
+pub mod frames;
 pub mod header;
 pub mod layout;
+pub mod scan;
 pub mod time;
 
 pub use decode::{DecodeError, Decoder};

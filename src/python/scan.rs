@@ -1,0 +1,68 @@
+//! Scans on several disks (`vdif::scan`): the listing, and the gathering of one into a file
+//! (`tools::gather`). Opening a scan for samples is `FileReader.scan` (`file.rs`), its check
+//! `check_scan` (`analysis.rs`).
+
+use super::errors::{gather_err, scan_err, ArgumentError};
+use super::to_json;
+use crate::tools::gather::gather as gather_scan;
+use crate::vdif::layout::Format;
+use crate::vdif::scan::{find_scans, ScanLayout};
+use pyo3::prelude::*;
+use std::path::PathBuf;
+
+/// The `format` argument: a layout's name, or None to detect it.
+pub(crate) fn format_arg(format: Option<&str>) -> PyResult<Option<Format>> {
+    format
+        .map(|f| {
+            Format::parse(f).ok_or_else(|| {
+                ArgumentError::new_err(format!(
+                    "format: {f:?} is not a scan layout; use {}",
+                    Format::NAMES
+                ))
+            })
+        })
+        .transpose()
+}
+
+/// Finds scan `name` on `disks`.
+pub(crate) fn locate(
+    py: Python<'_>,
+    name: &str,
+    disks: &[PathBuf],
+    format: Option<&str>,
+) -> PyResult<ScanLayout> {
+    let format = format_arg(format)?;
+    py.detach(|| ScanLayout::locate(name, disks, format))
+        .map_err(scan_err)
+}
+
+/// Every scan on `disks`, as JSON text (a list of summaries).
+#[pyfunction]
+pub fn scans(py: Python<'_>, disks: Vec<PathBuf>) -> PyResult<String> {
+    let found = py.detach(|| find_scans(&disks)).map_err(scan_err)?;
+    to_json(&found)
+}
+
+/// Writes scan `name`'s frames in order into the new file `out`; the report as JSON text.
+#[pyfunction]
+#[pyo3(signature = (name, disks, out, format=None, allow_gaps=false))]
+pub fn gather(
+    py: Python<'_>,
+    name: &str,
+    disks: Vec<PathBuf>,
+    out: PathBuf,
+    format: Option<&str>,
+    allow_gaps: bool,
+) -> PyResult<String> {
+    let scan = locate(py, name, &disks, format)?;
+    let report = py
+        .detach(|| gather_scan(&scan, &out, allow_gaps))
+        .map_err(gather_err)?;
+    to_json(&report)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(scans, m)?)?;
+    m.add_function(wrap_pyfunction!(gather, m)?)?;
+    Ok(())
+}

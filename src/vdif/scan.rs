@@ -1,0 +1,1125 @@
+//! Scans read back from the disks they were recorded on, in any of the layouts of
+//! `vdif::layout` (`file`, FlexBuff `vbs`, Mark6 `mk6`): which scans a set of disks holds,
+//! and one scan as its parts (chunks, blocks) in stream order.
+//!
+//! A part is a byte range of whole frames in one file. Parts are numbered 0, 1, … across the
+//! scan; a number absent between 0 and the highest present is a gap, reported with the VDIF
+//! times of the frames on either side, never read as data. What is wrong with a scan (a
+//! duplicate number, a part that is not whole frames, a broken Mark6 file) is an error that
+//! names the file.
+
+use super::file::{FileError, VdifFile};
+use super::frames::FrameStore;
+use super::header::{Header, HeaderError};
+use super::layout::{self, Format, LayoutError, Mk6BlockHeader, Mk6FileHeader};
+use super::time::{utc_unix, Utc};
+use memmap2::Mmap;
+use serde::Serialize;
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Bytes read to parse a VDIF header (the longest, non-legacy, is 32).
+const HEADER_BYTES: usize = 32;
+
+#[derive(Debug, Error)]
+pub enum ScanError {
+    // The messages of a bad argument start with its name (`disks: …`), as `ArgError`'s do.
+    #[error("disks: none given; name the directories (mount points) the scan was recorded on")]
+    NoDisks,
+    #[error("disks: {0} is not a directory; give the directories (mount points) the scan was recorded on")]
+    NotADirectory(PathBuf),
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no scan {name}{} on {disks}: looked for <disk>/{name}.vdif (file), <disk>/{name}/{name}.NNNNNNNN (vbs) and <disk>/{name} (mk6); check the name (`vdifrec scans` lists them) and give every disk the scan was recorded on", .format.map_or(String::new(), |f| format!(" in format {}", f.name())))]
+    NotFound {
+        name: String,
+        format: Option<Format>,
+        disks: String,
+    },
+    #[error("format: scan {name} is on these disks in more than one format ({formats}); say which to read")]
+    Ambiguous { name: String, formats: String },
+    #[error("{what} {number} of scan {name} is in two files, {first} and {second}: remove the one that does not belong")]
+    Duplicate {
+        name: String,
+        what: &'static str,
+        number: u64,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    #[error("{path}: {what} {number} holds {bytes} bytes from byte {offset}, not whole frames of {frame_size} bytes: the {what} is cut short or not VDIF")]
+    NotWholeFrames {
+        path: PathBuf,
+        what: &'static str,
+        number: u64,
+        offset: u64,
+        bytes: u64,
+        frame_size: usize,
+    },
+    #[error(
+        "{path}: {what} {number} does not start with a VDIF header at byte {offset}: {source}"
+    )]
+    NotVdif {
+        path: PathBuf,
+        what: &'static str,
+        number: u64,
+        offset: u64,
+        source: HeaderError,
+    },
+    #[error("{path}: {what} {number} holds {found}-byte frames, the scan {expected}-byte frames")]
+    FrameSize {
+        path: PathBuf,
+        what: &'static str,
+        number: u64,
+        found: usize,
+        expected: usize,
+    },
+    #[error("{path}: bad Mark6 file header: {source}")]
+    Mk6Header { path: PathBuf, source: LayoutError },
+    #[error("{path}: Mark6 packet_format {0} is not VDIF (0)", .format)]
+    Mk6NotVdif { path: PathBuf, format: i32 },
+    #[error("{path}: bad Mark6 block header at byte {offset}: {source}")]
+    Mk6Block {
+        path: PathBuf,
+        offset: u64,
+        source: LayoutError,
+    },
+    #[error("{path}: Mark6 block {blocknum} at byte {offset} claims {wb_size} bytes but the file ends at byte {file_bytes}: the file is cut short")]
+    Mk6PastEnd {
+        path: PathBuf,
+        blocknum: u32,
+        offset: u64,
+        wb_size: u32,
+        file_bytes: u64,
+    },
+    #[error("{path}: {bytes} bytes at byte {offset} are too few for a Mark6 block header: the file is cut short")]
+    Mk6ShortBlockHeader {
+        path: PathBuf,
+        offset: u64,
+        bytes: u64,
+    },
+    #[error("{message}")]
+    Gaps { message: String, missing: Vec<u64> },
+    #[error(transparent)]
+    File(#[from] FileError),
+}
+
+impl ScanError {
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ScanError + '_ {
+        move |source| ScanError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// A run of whole frames in one file: chunk or block `number` of the scan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub number: u64,
+    pub path: PathBuf,
+    /// Where the frames start in the file.
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+/// Where a frame sits in VDIF time, for listings and gap reports.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Stamp {
+    pub ref_epoch: u32,
+    pub seconds: u32,
+    pub frame: u32,
+    pub thread: u32,
+    /// ISO 8601 UTC: to the nanosecond when the frame's time is known from its header (frame 0
+    /// of a second, or EDV 1/3 headers that carry the rate), else the frame's whole second.
+    pub time: String,
+}
+
+impl Stamp {
+    fn of(h: &Header) -> Stamp {
+        let time = match h.time(None) {
+            Ok(t) => t.iso(),
+            Err(_) => Utc::from_unix(utc_unix(h.ref_epoch(), h.seconds())).iso(),
+        };
+        Stamp {
+            ref_epoch: h.ref_epoch(),
+            seconds: h.seconds(),
+            frame: h.frame_nr(),
+            thread: h.thread_id(),
+            time,
+        }
+    }
+
+    /// `epoch 53 second 1001 frame 49 thread 0 (2026-...)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "VDIF epoch {} second {} frame {} thread {} ({})",
+            self.ref_epoch, self.seconds, self.frame, self.thread, self.time
+        )
+    }
+}
+
+/// Parts `first..=last` are missing; `after` is the last frame before them, `before` the
+/// first frame after them (None at the start of the scan).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PartGap {
+    pub first: u64,
+    pub last: u64,
+    pub after: Option<Stamp>,
+    pub before: Option<Stamp>,
+    /// The gap in words, as messages and reports print it.
+    pub description: String,
+}
+
+/// One scan as found on the disks: its parts in number order and the numbers missing.
+#[derive(Clone, Debug)]
+pub struct ScanLayout {
+    pub name: String,
+    pub format: Format,
+    /// Disks that hold a part, in the order given.
+    pub disks: Vec<PathBuf>,
+    /// Parts by number (ascending, no duplicates).
+    pub parts: Vec<Part>,
+    /// Numbers absent between 0 and the highest present.
+    pub missing: Vec<u64>,
+    pub frame_size: usize,
+}
+
+/// What `vdifrec scans` lists of one scan.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScanSummary {
+    pub name: String,
+    pub format: Format,
+    pub disks: Vec<String>,
+    /// Bytes of frames over all parts.
+    pub bytes: u64,
+    /// Parts (vbs chunks, mk6 blocks; 1 for a file).
+    pub chunks: usize,
+    pub missing: Vec<u64>,
+    pub frame_size: usize,
+    /// The first frame of the first part and the last frame of the last part.
+    pub first: Option<Stamp>,
+    pub last: Option<Stamp>,
+    /// Why the scan cannot be read as it is (the other fields then say what was found).
+    pub error: Option<String>,
+}
+
+/// The word for a part of each format, as messages use it.
+pub fn part_word(format: Format) -> &'static str {
+    match format {
+        Format::File => "file",
+        Format::Vbs => "chunk",
+        Format::Mk6 => "block",
+    }
+}
+
+/// Numbers as runs: `3, 7-9`.
+pub fn runs(numbers: &[u64]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < numbers.len() {
+        let mut j = i;
+        while j + 1 < numbers.len() && numbers[j + 1] == numbers[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            numbers[i].to_string()
+        } else {
+            format!("{}-{}", numbers[i], numbers[j])
+        });
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
+fn disk_list(disks: &[PathBuf]) -> String {
+    disks
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The disks, each a directory, each once: a disk named twice (`/m0` and a glob `/m*`) would
+/// otherwise show every part on it twice. The first spelling of each is kept.
+fn distinct_disks(disks: &[PathBuf]) -> Result<Vec<PathBuf>, ScanError> {
+    if disks.is_empty() {
+        return Err(ScanError::NoDisks);
+    }
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for d in disks {
+        if !d.is_dir() {
+            return Err(ScanError::NotADirectory(d.clone()));
+        }
+        if seen.insert(d.canonicalize().unwrap_or_else(|_| d.clone())) {
+            out.push(d.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn is_file(p: &Path) -> bool {
+    p.metadata().is_ok_and(|m| m.is_file())
+}
+
+/// The vbs chunk files of `scan` on one disk: (number, path). Other names are not the scan's.
+fn vbs_chunks(disk: &Path, scan: &str) -> Result<Vec<(u64, PathBuf)>, ScanError> {
+    let dir = layout::vbs_dir(disk, scan);
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&dir).map_err(ScanError::io(&dir))? {
+        let entry = entry.map_err(ScanError::io(&dir))?;
+        let name = entry.file_name();
+        let Some(n) = name
+            .to_str()
+            .and_then(|n| layout::vbs_chunk_number(n, scan))
+        else {
+            continue;
+        };
+        if is_file(&entry.path()) {
+            found.push((n, entry.path()));
+        }
+    }
+    Ok(found)
+}
+
+/// Whether `path` starts with the Mark6 sync word.
+fn has_mk6_sync(path: &Path) -> bool {
+    let mut b = [0u8; 4];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok_and(|_| u32::from_le_bytes(b) == layout::MK6_SYNC)
+}
+
+/// The formats `scan` is found in on `disk`.
+fn formats_on(disk: &Path, scan: &str) -> Result<Vec<Format>, ScanError> {
+    let mut f = Vec::new();
+    if is_file(&layout::file_path(disk, scan)) {
+        f.push(Format::File);
+    }
+    if !vbs_chunks(disk, scan)?.is_empty() {
+        f.push(Format::Vbs);
+    }
+    if is_file(&layout::mk6_path(disk, scan)) {
+        f.push(Format::Mk6);
+    }
+    Ok(f)
+}
+
+/// The blocks of one Mark6 file as parts (number = blocknum, the payload's range), and the
+/// frame size its header gives.
+fn mk6_blocks(path: &Path) -> Result<(Vec<Part>, usize), ScanError> {
+    let file = File::open(path).map_err(ScanError::io(path))?;
+    let len = file.metadata().map_err(ScanError::io(path))?.len();
+    let mut head = [0u8; layout::MK6_FILE_HEADER_BYTES];
+    let got = read_up_to(&file, 0, &mut head).map_err(ScanError::io(path))?;
+    let header = Mk6FileHeader::parse(&head[..got]).map_err(|source| ScanError::Mk6Header {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if header.packet_format != layout::MK6_PACKET_FORMAT_VDIF {
+        return Err(ScanError::Mk6NotVdif {
+            path: path.to_path_buf(),
+            format: header.packet_format,
+        });
+    }
+    let mut blocks = Vec::new();
+    let mut at = layout::MK6_FILE_HEADER_BYTES as u64;
+    while at < len {
+        let left = len - at;
+        if left < layout::MK6_BLOCK_HEADER_BYTES as u64 {
+            return Err(ScanError::Mk6ShortBlockHeader {
+                path: path.to_path_buf(),
+                offset: at,
+                bytes: left,
+            });
+        }
+        let mut b = [0u8; layout::MK6_BLOCK_HEADER_BYTES];
+        file.read_exact_at(&mut b, at)
+            .map_err(ScanError::io(path))?;
+        let block = Mk6BlockHeader::parse(&b).map_err(|source| ScanError::Mk6Block {
+            path: path.to_path_buf(),
+            offset: at,
+            source,
+        })?;
+        if block.wb_size as u64 > left {
+            return Err(ScanError::Mk6PastEnd {
+                path: path.to_path_buf(),
+                blocknum: block.blocknum,
+                offset: at,
+                wb_size: block.wb_size,
+                file_bytes: len,
+            });
+        }
+        blocks.push(Part {
+            number: block.blocknum as u64,
+            path: path.to_path_buf(),
+            offset: at + layout::MK6_BLOCK_HEADER_BYTES as u64,
+            bytes: block.payload() as u64,
+        });
+        at += block.wb_size as u64;
+    }
+    Ok((blocks, header.packet_size as usize))
+}
+
+/// Reads into `buf` from `offset` until it is full or the file ends; the bytes read.
+fn read_up_to(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], offset + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Open files, kept for reading the headers of many parts of the same file.
+#[derive(Default)]
+struct Heads {
+    open: HashMap<PathBuf, File>,
+}
+
+impl Heads {
+    /// The header of the frame at `offset` of `path`.
+    fn header(
+        &mut self,
+        path: &Path,
+        offset: u64,
+    ) -> Result<Result<Header, HeaderError>, ScanError> {
+        if !self.open.contains_key(path) {
+            let f = File::open(path).map_err(ScanError::io(path))?;
+            self.open.insert(path.to_path_buf(), f);
+        }
+        let mut b = [0u8; HEADER_BYTES];
+        let n = read_up_to(&self.open[path], offset, &mut b).map_err(ScanError::io(path))?;
+        Ok(Header::parse_unchecked(&b[..n]))
+    }
+}
+
+impl ScanLayout {
+    /// Finds scan `name` on `disks`, in `format` or in the one format it is found in.
+    pub fn locate(
+        name: &str,
+        disks: &[PathBuf],
+        format: Option<Format>,
+    ) -> Result<ScanLayout, ScanError> {
+        let disks = &distinct_disks(disks)?;
+        let mut present: BTreeSet<&'static str> = BTreeSet::new();
+        let mut formats = Vec::new();
+        for d in disks {
+            for f in formats_on(d, name)? {
+                if present.insert(f.name()) {
+                    formats.push(f);
+                }
+            }
+        }
+        let format = match (format, formats.as_slice()) {
+            (Some(f), found) if found.contains(&f) => f,
+            (None, [f]) => *f,
+            (None, [_, _, ..]) => {
+                return Err(ScanError::Ambiguous {
+                    name: name.into(),
+                    formats: present.into_iter().collect::<Vec<_>>().join(", "),
+                })
+            }
+            _ => {
+                return Err(ScanError::NotFound {
+                    name: name.into(),
+                    format,
+                    disks: disk_list(disks),
+                })
+            }
+        };
+        let mut raw: Vec<Part> = Vec::new();
+        let mut frame_size_of_mk6: Vec<(PathBuf, usize)> = Vec::new();
+        for d in disks {
+            match format {
+                Format::File => {
+                    let p = layout::file_path(d, name);
+                    if is_file(&p) {
+                        let bytes = p.metadata().map_err(ScanError::io(&p))?.len();
+                        raw.push(Part {
+                            number: 0,
+                            path: p,
+                            offset: 0,
+                            bytes,
+                        });
+                    }
+                }
+                Format::Vbs => {
+                    for (number, path) in vbs_chunks(d, name)? {
+                        let bytes = path.metadata().map_err(ScanError::io(&path))?.len();
+                        raw.push(Part {
+                            number,
+                            path,
+                            offset: 0,
+                            bytes,
+                        });
+                    }
+                }
+                Format::Mk6 => {
+                    let p = layout::mk6_path(d, name);
+                    if is_file(&p) {
+                        let (blocks, fs) = mk6_blocks(&p)?;
+                        frame_size_of_mk6.push((p.clone(), fs));
+                        raw.extend(blocks);
+                    }
+                }
+            }
+        }
+        let what = part_word(format);
+        // Stable: within a file, parts keep their order, so a duplicate names the earlier first.
+        raw.sort_by_key(|p| p.number);
+        if let Some(w) = raw.windows(2).find(|w| w[0].number == w[1].number) {
+            return Err(ScanError::Duplicate {
+                name: name.into(),
+                what,
+                number: w[0].number,
+                first: w[0].path.clone(),
+                second: w[1].path.clone(),
+            });
+        }
+        let mut missing = Vec::new();
+        let mut expect = 0;
+        for p in &raw {
+            missing.extend(expect..p.number);
+            expect = p.number + 1;
+        }
+        let mut heads = Heads::default();
+        let frame_size = match raw.first() {
+            Some(p) => part_header(&mut heads, p, what)?.frame_size(),
+            // A Mark6 scan whose files hold no block yet: nothing to read, but found.
+            None => frame_size_of_mk6.first().map_or(0, |(_, fs)| *fs),
+        };
+        for (path, fs) in &frame_size_of_mk6 {
+            if !raw.is_empty() && *fs != frame_size {
+                return Err(ScanError::FrameSize {
+                    path: path.clone(),
+                    what: "Mark6 file header (packet_size) of",
+                    number: 0,
+                    found: *fs,
+                    expected: frame_size,
+                });
+            }
+        }
+        for p in &raw {
+            if p.bytes == 0 || p.bytes % frame_size as u64 != 0 {
+                return Err(ScanError::NotWholeFrames {
+                    path: p.path.clone(),
+                    what,
+                    number: p.number,
+                    offset: p.offset,
+                    bytes: p.bytes,
+                    frame_size,
+                });
+            }
+            let found = part_header(&mut heads, p, what)?.frame_size();
+            if found != frame_size {
+                return Err(ScanError::FrameSize {
+                    path: p.path.clone(),
+                    what,
+                    number: p.number,
+                    found,
+                    expected: frame_size,
+                });
+            }
+        }
+        let holding: BTreeSet<&Path> = raw
+            .iter()
+            .filter_map(|p| disks.iter().find(|d| p.path.starts_with(d)))
+            .map(|d| d.as_path())
+            .collect();
+        Ok(ScanLayout {
+            name: name.into(),
+            format,
+            disks: disks
+                .iter()
+                .filter(|d| holding.contains(d.as_path()))
+                .cloned()
+                .collect(),
+            parts: raw,
+            missing,
+            frame_size,
+        })
+    }
+
+    /// Bytes of frames over all parts.
+    pub fn bytes(&self) -> u64 {
+        self.parts.iter().map(|p| p.bytes).sum()
+    }
+
+    /// How the scan is named in messages: `kvn_scan1 (vbs on /m0, /m1)`.
+    pub fn label(&self) -> String {
+        format!(
+            "{} ({} on {})",
+            self.name,
+            self.format.name(),
+            disk_list(&self.disks)
+        )
+    }
+
+    /// The first frame of the first part and the last frame of the last part.
+    pub fn ends(&self) -> Result<(Option<Stamp>, Option<Stamp>), ScanError> {
+        let mut heads = Heads::default();
+        let what = part_word(self.format);
+        let first = match self.parts.first() {
+            Some(p) => Some(Stamp::of(&part_header(&mut heads, p, what)?)),
+            None => None,
+        };
+        let last = match self.parts.last() {
+            Some(p) => Some(Stamp::of(&last_header(
+                &mut heads,
+                p,
+                self.frame_size,
+                what,
+            )?)),
+            None => None,
+        };
+        Ok((first, last))
+    }
+
+    /// The missing parts as runs, with the frames on either side.
+    pub fn gaps(&self) -> Result<Vec<PartGap>, ScanError> {
+        let what = part_word(self.format);
+        let mut heads = Heads::default();
+        let mut gaps = Vec::new();
+        let mut i = 0;
+        while i < self.missing.len() {
+            let mut j = i;
+            while j + 1 < self.missing.len() && self.missing[j + 1] == self.missing[j] + 1 {
+                j += 1;
+            }
+            let (first, last) = (self.missing[i], self.missing[j]);
+            let prev = self.parts.iter().rev().find(|p| p.number < first);
+            let next = self.parts.iter().find(|p| p.number > last);
+            let after = match prev {
+                Some(p) => Some(Stamp::of(&last_header(
+                    &mut heads,
+                    p,
+                    self.frame_size,
+                    what,
+                )?)),
+                None => None,
+            };
+            let before = match next {
+                Some(p) => Some(Stamp::of(&part_header(&mut heads, p, what)?)),
+                None => None,
+            };
+            let numbers = if first == last {
+                format!("{what} {first}")
+            } else {
+                format!("{what}s {first}-{last}")
+            };
+            let description = match (&after, &before) {
+                (Some(a), Some(b)) => format!(
+                    "{numbers} missing: no frames after {} until {}",
+                    a.describe(),
+                    b.describe()
+                ),
+                (None, Some(b)) => format!(
+                    "{numbers} missing: no frames before {} (the start of the scan)",
+                    b.describe()
+                ),
+                _ => format!("{numbers} missing"),
+            };
+            gaps.push(PartGap {
+                first,
+                last,
+                after,
+                before,
+                description,
+            });
+            i = j + 1;
+        }
+        Ok(gaps)
+    }
+
+    /// An error naming every missing part and the time it leaves out, if any is missing.
+    pub fn require_complete(&self) -> Result<(), ScanError> {
+        if self.missing.is_empty() {
+            return Ok(());
+        }
+        let gaps = self.gaps()?;
+        let what = part_word(self.format);
+        let message = format!(
+            "scan {} lacks {what}(s) {} of 0-{}: {}; look for them on more disks (disks=/--disk: \
+             every disk the scan was recorded on), or take what exists with `vdifrec gather \
+             --allow-gaps` (`vdifrec check` reports the frames lost)",
+            self.label(),
+            runs(&self.missing),
+            self.parts.last().map_or(0, |p| p.number),
+            gaps.iter()
+                .map(|g| g.description.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        );
+        Err(ScanError::Gaps {
+            message,
+            missing: self.missing.clone(),
+        })
+    }
+
+    /// Maps every part, in number order (missing parts are simply absent: check
+    /// `require_complete` first where a gap must not pass unnoticed).
+    pub fn map(&self) -> Result<FrameStore, ScanError> {
+        let mut store = FrameStore::new(self.frame_size.max(1));
+        let mut maps: HashMap<&Path, usize> = HashMap::new();
+        for p in &self.parts {
+            let m = match maps.get(p.path.as_path()) {
+                Some(&m) => m,
+                None => {
+                    let file = File::open(&p.path).map_err(ScanError::io(&p.path))?;
+                    // SAFETY: read-only; a file truncated by another process while mapped
+                    // would fault, the documented risk of reading by mmap.
+                    let map = unsafe { Mmap::map(&file) }.map_err(ScanError::io(&p.path))?;
+                    let m = store.add_map(&p.path, map);
+                    maps.insert(&p.path, m);
+                    m
+                }
+            };
+            store.add_part(
+                m,
+                p.offset as usize,
+                (p.bytes / self.frame_size as u64) as usize,
+            );
+        }
+        Ok(store)
+    }
+
+    /// The scan's frames as one byte stream, part after part (a gap is simply skipped).
+    pub fn reader(&self) -> PartsReader {
+        PartsReader {
+            parts: self.parts.clone(),
+            next: 0,
+            current: None,
+        }
+    }
+
+    /// What `vdifrec scans` lists.
+    pub fn summary(&self) -> Result<ScanSummary, ScanError> {
+        let (first, last) = self.ends()?;
+        Ok(ScanSummary {
+            name: self.name.clone(),
+            format: self.format,
+            disks: self.disks.iter().map(|d| d.display().to_string()).collect(),
+            bytes: self.bytes(),
+            chunks: self.parts.len(),
+            missing: self.missing.clone(),
+            frame_size: self.frame_size,
+            first,
+            last,
+            error: None,
+        })
+    }
+}
+
+fn part_header(heads: &mut Heads, p: &Part, what: &'static str) -> Result<Header, ScanError> {
+    heads
+        .header(&p.path, p.offset)?
+        .map_err(|source| ScanError::NotVdif {
+            path: p.path.clone(),
+            what,
+            number: p.number,
+            offset: p.offset,
+            source,
+        })
+}
+
+fn last_header(
+    heads: &mut Heads,
+    p: &Part,
+    frame_size: usize,
+    what: &'static str,
+) -> Result<Header, ScanError> {
+    let offset = p.offset + p.bytes - frame_size as u64;
+    heads
+        .header(&p.path, offset)?
+        .map_err(|source| ScanError::NotVdif {
+            path: p.path.clone(),
+            what,
+            number: p.number,
+            offset,
+            source,
+        })
+}
+
+/// Opens scan `name` for reading samples, refusing one with a gap (the error names the
+/// missing parts, the time they leave out and what to do).
+pub fn open_scan(
+    name: &str,
+    disks: &[PathBuf],
+    format: Option<Format>,
+    sample_rate: Option<f64>,
+) -> Result<VdifFile, ScanError> {
+    let scan = ScanLayout::locate(name, disks, format)?;
+    scan.require_complete()?;
+    let frames = scan.map()?;
+    Ok(VdifFile::from_frames(
+        PathBuf::from(scan.label()),
+        frames,
+        sample_rate,
+    )?)
+}
+
+/// Every scan on `disks`, by name then format. A scan that cannot be read as it is is listed
+/// with its `error`; only a disk that cannot be read fails the listing.
+pub fn find_scans(disks: &[PathBuf]) -> Result<Vec<ScanSummary>, ScanError> {
+    let disks = &distinct_disks(disks)?;
+    let mut found: BTreeSet<(String, &'static str)> = BTreeSet::new();
+    for d in disks {
+        for entry in std::fs::read_dir(d).map_err(ScanError::io(d))? {
+            let entry = entry.map_err(ScanError::io(d))?;
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            let path = entry.path();
+            if path.is_dir() {
+                if !vbs_chunks(d, &name)?.is_empty() {
+                    found.insert((name, "vbs"));
+                }
+            } else if is_file(&path) {
+                // Mark6 files are known by their sync word (Mark6 itself names them
+                // `<exp>_<station>_<scan>.vdif`); other `.vdif` files are single-file scans.
+                if has_mk6_sync(&path) {
+                    found.insert((name, "mk6"));
+                } else if let Some(stem) = name.strip_suffix(".vdif") {
+                    found.insert((stem.to_owned(), "file"));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (name, format) in found {
+        let format = Format::parse(format).expect("a format name");
+        let summary = ScanLayout::locate(&name, disks, Some(format)).and_then(|s| s.summary());
+        out.push(summary.unwrap_or_else(|e| {
+            ScanSummary {
+                name: name.clone(),
+                format,
+                disks: disks
+                    .iter()
+                    .filter(|d| formats_on(d, &name).is_ok_and(|f| f.contains(&format)))
+                    .map(|d| d.display().to_string())
+                    .collect(),
+                bytes: 0,
+                chunks: 0,
+                missing: Vec::new(),
+                frame_size: 0,
+                first: None,
+                last: None,
+                error: Some(e.to_string()),
+            }
+        }));
+    }
+    Ok(out)
+}
+
+/// The bytes of a scan's parts one after another, read (not mapped): for one pass at disk
+/// speed (check, gather).
+pub struct PartsReader {
+    parts: Vec<Part>,
+    next: usize,
+    /// The part being read and the bytes of it left.
+    current: Option<(File, u64, PathBuf)>,
+}
+
+impl PartsReader {
+    /// The part the next byte comes from.
+    pub fn path(&self) -> Option<&Path> {
+        self.current.as_ref().map(|(_, _, p)| p.as_path())
+    }
+}
+
+impl Read for PartsReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if let Some((file, left, path)) = self.current.as_mut() {
+                if *left > 0 {
+                    let want = buf.len().min(*left as usize);
+                    let n = file.read(&mut buf[..want]).map_err(|e| in_file(path, e))?;
+                    if n == 0 {
+                        return Err(in_file(
+                            path,
+                            std::io::Error::new(
+                                std::io::ErrorKind::UnexpectedEof,
+                                "file shorter than when the scan was listed",
+                            ),
+                        ));
+                    }
+                    *left -= n as u64;
+                    return Ok(n);
+                }
+            }
+            let Some(p) = self.parts.get(self.next) else {
+                return Ok(0);
+            };
+            self.next += 1;
+            let mut file = File::open(&p.path).map_err(|e| in_file(&p.path, e))?;
+            file.seek(SeekFrom::Start(p.offset))
+                .map_err(|e| in_file(&p.path, e))?;
+            self.current = Some((file, p.bytes, p.path.clone()));
+        }
+    }
+}
+
+fn in_file(path: &Path, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::generate::{write_frames, SignalSpec};
+    use std::io::Write;
+
+    const FS: usize = 32 + 1024;
+
+    /// 200 frame sets of 2 threads (400 frames), 50 frame sets a second.
+    fn stream() -> Vec<u8> {
+        let spec = SignalSpec {
+            frame_size: FS,
+            fps: 50,
+            nchan: 2,
+            bits: 2,
+            threads: 2,
+            ref_epoch: Some(53),
+            start_second: Some(1000),
+            ..Default::default()
+        };
+        let mut bytes = Vec::new();
+        write_frames(&spec, 200, &mut bytes, "memory").unwrap();
+        bytes
+    }
+
+    struct Disks {
+        root: PathBuf,
+        disks: Vec<PathBuf>,
+    }
+
+    impl Disks {
+        fn new(tag: &str) -> Disks {
+            let root = std::env::temp_dir().join(format!(
+                "vdifrec-scan-{tag}-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = std::fs::remove_dir_all(&root);
+            let disks: Vec<PathBuf> = (0..3).map(|i| root.join(format!("m{i}"))).collect();
+            for d in &disks {
+                std::fs::create_dir_all(d).unwrap();
+            }
+            Disks { root, disks }
+        }
+    }
+
+    impl Drop for Disks {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+
+    /// Chunk sizes in frames, varying, summing to 400.
+    const CHUNKS: [usize; 6] = [37, 100, 64, 99, 50, 50];
+
+    fn write_vbs(d: &Disks, data: &[u8]) {
+        let mut at = 0;
+        for (n, frames) in CHUNKS.iter().enumerate() {
+            let disk = &d.disks[(n * 2) % 3];
+            let p = layout::vbs_chunk_path(disk, "s1", n as u64);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, &data[at..at + frames * FS]).unwrap();
+            at += frames * FS;
+        }
+    }
+
+    /// Blocks of the sizes in CHUNKS, block n on disk (n + 1) % 3 ... in a shuffled order.
+    fn write_mk6(d: &Disks, data: &[u8]) -> Vec<PathBuf> {
+        let disk_of = [1, 0, 2, 0, 1, 0];
+        let mut files: Vec<Vec<u8>> = vec![Vec::new(); 3];
+        for f in files.iter_mut() {
+            f.extend(Mk6FileHeader::vdif((8 + 100 * FS) as u32, FS as u32).to_bytes());
+        }
+        let mut at = 0;
+        for (n, frames) in CHUNKS.iter().enumerate() {
+            let f = &mut files[disk_of[n]];
+            let h = Mk6BlockHeader {
+                blocknum: n as u32,
+                wb_size: (8 + frames * FS) as u32,
+            };
+            f.extend(h.to_bytes());
+            f.extend(&data[at..at + frames * FS]);
+            at += frames * FS;
+        }
+        let mut paths = Vec::new();
+        for (i, f) in files.iter().enumerate() {
+            let p = layout::mk6_path(&d.disks[i], "s1");
+            std::fs::write(&p, f).unwrap();
+            paths.push(p);
+        }
+        paths
+    }
+
+    fn gathered(s: &ScanLayout) -> Vec<u8> {
+        let mut out = Vec::new();
+        s.reader().read_to_end(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn vbs_chunks_read_back_in_order() {
+        let d = Disks::new("vbs");
+        let data = stream();
+        write_vbs(&d, &data);
+        // Not the scan's: a summary, a stray file, a chunk number of 7 digits.
+        let dir = layout::vbs_dir(&d.disks[0], "s1");
+        std::fs::write(layout::summary_path(&d.disks[0], "s1", Format::Vbs), "{}").unwrap();
+        std::fs::write(dir.join("notes.txt"), "x").unwrap();
+        std::fs::write(dir.join("s1.0000001"), "x").unwrap();
+        // A disk named twice counts once.
+        let mut twice = d.disks.clone();
+        twice.push(d.root.join("m1/../m0"));
+        let s = ScanLayout::locate("s1", &twice, None).unwrap();
+        assert_eq!(s.disks, d.disks);
+        assert_eq!(s.format, Format::Vbs);
+        assert_eq!(s.parts.len(), 6);
+        assert_eq!(s.missing, Vec::<u64>::new());
+        assert_eq!(s.bytes(), data.len() as u64);
+        assert_eq!(gathered(&s), data);
+        let store = s.map().unwrap();
+        assert_eq!(store.n_frames(), 400);
+        assert_eq!(store.frame(137), &data[137 * FS..138 * FS]);
+        let (first, last) = s.ends().unwrap();
+        let (first, last) = (first.unwrap(), last.unwrap());
+        assert_eq!((first.seconds, first.frame, first.thread), (1000, 0, 0));
+        assert_eq!((last.seconds, last.frame, last.thread), (1003, 49, 1));
+        let f = open_scan("s1", &d.disks, None, None).unwrap();
+        assert_eq!(f.info().n_frames, 400);
+        assert_eq!(f.info().thread_ids, vec![0, 1]);
+        assert_eq!(f.info().frame_rate, 50.0);
+    }
+
+    #[test]
+    fn mk6_blocks_read_back_in_order() {
+        let d = Disks::new("mk6");
+        let data = stream();
+        write_mk6(&d, &data);
+        let s = ScanLayout::locate("s1", &d.disks, None).unwrap();
+        assert_eq!(s.format, Format::Mk6);
+        let numbers: Vec<u64> = s.parts.iter().map(|p| p.number).collect();
+        assert_eq!(numbers, [0, 1, 2, 3, 4, 5]);
+        assert_eq!(s.parts[1].offset, 20 + 8);
+        assert_eq!(gathered(&s), data);
+        let listed = find_scans(&d.disks).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].chunks, 6);
+        assert_eq!(listed[0].bytes, data.len() as u64);
+        assert_eq!(listed[0].error, None);
+    }
+
+    #[test]
+    fn a_missing_chunk_is_a_gap_with_its_times() {
+        let d = Disks::new("gap");
+        let data = stream();
+        write_vbs(&d, &data);
+        // Chunk 2 holds frames 137..201: after frame 136 (second 1001, set 18, thread 0).
+        std::fs::remove_file(layout::vbs_chunk_path(&d.disks[1], "s1", 2)).unwrap();
+        let s = ScanLayout::locate("s1", &d.disks, None).unwrap();
+        assert_eq!(s.missing, vec![2]);
+        let gaps = s.gaps().unwrap();
+        assert_eq!(gaps.len(), 1);
+        let (a, b) = (
+            gaps[0].after.clone().unwrap(),
+            gaps[0].before.clone().unwrap(),
+        );
+        assert_eq!((a.seconds, a.frame, a.thread), (1001, 18, 0));
+        assert_eq!((b.seconds, b.frame, b.thread), (1002, 0, 1));
+        let Err(e) = open_scan("s1", &d.disks, None, None) else {
+            panic!("a scan with a gap opened");
+        };
+        let msg = e.to_string();
+        assert!(matches!(e, ScanError::Gaps { ref missing, .. } if missing == &[2]));
+        assert!(msg.contains("chunk 2 missing"), "{msg}");
+        assert!(msg.contains("second 1001 frame 18"), "{msg}");
+        assert!(msg.contains("more disks"), "{msg}");
+        let mut rest = data[..137 * FS].to_vec();
+        rest.extend(&data[201 * FS..]);
+        assert_eq!(gathered(&s), rest);
+    }
+
+    #[test]
+    fn broken_layouts_are_named_errors() {
+        let d = Disks::new("bad");
+        let data = stream();
+        // A chunk that is not whole frames.
+        write_vbs(&d, &data);
+        let p = layout::vbs_chunk_path(&d.disks[2], "s1", 4);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&p)
+            .unwrap()
+            .write_all(&[0; 5])
+            .unwrap();
+        let e = ScanLayout::locate("s1", &d.disks, None).unwrap_err();
+        assert!(
+            matches!(e, ScanError::NotWholeFrames { number: 4, .. }),
+            "{e}"
+        );
+        // The same chunk on two disks.
+        std::fs::write(&p, &data[..FS]).unwrap();
+        let twin = layout::vbs_chunk_path(&d.disks[0], "s1", 4);
+        std::fs::write(&twin, &data[..FS]).unwrap();
+        let e = ScanLayout::locate("s1", &d.disks, None).unwrap_err();
+        assert!(matches!(e, ScanError::Duplicate { number: 4, .. }), "{e}");
+
+        let d = Disks::new("badmk6");
+        let paths = write_mk6(&d, &data);
+        // A block running past the end of its file.
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&paths[2])
+            .unwrap();
+        let len = f.metadata().unwrap().len();
+        f.set_len(len - 10).unwrap();
+        let e = ScanLayout::locate("s1", &d.disks, None).unwrap_err();
+        assert!(
+            matches!(e, ScanError::Mk6PastEnd { blocknum: 2, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains(&paths[2].display().to_string()));
+        // A bad sync word.
+        let mut bytes = std::fs::read(&paths[0]).unwrap();
+        bytes[0] = 0;
+        std::fs::write(&paths[0], bytes).unwrap();
+        let e = ScanLayout::locate("s1", &d.disks, Some(Format::Mk6)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ScanError::Mk6Header {
+                    source: LayoutError::Sync(_),
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // Listing names the broken scan rather than failing.
+        let listed = find_scans(&d.disks).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(listed[0].error.as_deref().unwrap().contains("sync word"));
+        // Nothing by that name.
+        let e = ScanLayout::locate("s2", &d.disks, None).unwrap_err();
+        assert!(matches!(e, ScanError::NotFound { .. }), "{e}");
+        assert_eq!(runs(&[1, 3, 4, 5, 9]), "1, 3-5, 9");
+    }
+}
