@@ -229,7 +229,7 @@ pub fn disk_dirs(name: &str, given: &[String]) -> Result<Vec<std::path::PathBuf>
             if v.is_empty() {
                 return Err(ArgError::new(
                     name,
-                    format!("{g:?} matches no directory: mount the disks, or check the pattern"),
+                    format!("{g:?} matches no directory: mount the disks, or check the pattern (quote it so the shell leaves it alone)"),
                 ));
             }
             v

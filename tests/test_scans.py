@@ -262,15 +262,15 @@ def test_disk_arguments_and_names(tmp_path: Path, cli) -> None:
     disks = make_disks(tmp_path)
     write_vbs(data, disks, "s1", VBS_ORDER)
     nowhere = str(tmp_path / "nothing*")
-    with pytest.raises(vdifrec.ArgumentError, match=re.escape(f"disks: '{nowhere}' matches no directory")):
+    with pytest.raises(vdifrec.ArgumentError, match=re.escape(f'disks: "{nowhere}" matches no directory')):
         vdifrec.open("s1", disks=[nowhere])
     res = cli("scans", "--disk", nowhere)
     assert res.returncode == 2
-    assert res.stderr.strip() == f"vdifrec scans: error: --disk: '{nowhere}' matches no directory; " \
-        "check the pattern (quote it so the shell leaves it alone)"
+    assert res.stderr.strip() == f'vdifrec scans: error: --disk: "{nowhere}" matches no directory: ' \
+        "mount the disks, or check the pattern (quote it so the shell leaves it alone)"
     # A disk named twice (itself and through a glob) counts once.
     with vdifrec.open("s1", disks=[str(disks[1]), str(tmp_path / "disk*")]) as fh:
-        assert fh.disks == [str(disks[1]), str(disks[0]), str(disks[1]), str(disks[2])]
+        assert fh.disks == [str(disks[1]), str(disks[0]), str(disks[2])]
         assert fh.shape[0] == 200 * fh.samples_per_frame
     with pytest.raises(vdifrec.ArgumentError, match="is not a directory"):
         vdifrec.scans([str(tmp_path / "original.vdif")])

@@ -31,12 +31,15 @@ _SLICE = 0.1
 def _utc_text(name: str, value: Any) -> str | None:
     """A scan boundary as the engine parses it: ISO text for a datetime (naive means UTC),
     the number for POSIX seconds, text as given."""
-    if value is None or isinstance(value, str):
+    if value is None:
+        return None
+    if isinstance(value, str):
         return value
     if isinstance(value, _dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
-        return value.isoformat()
+        when: _dt.datetime = value
+        if when.tzinfo is not None:
+            when = when.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+        return when.isoformat()
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return repr(float(value)) if isinstance(value, float) else str(value)
     raise _core.ArgumentError(f"{name}: {value!r} is not a time: give a datetime, UTC text or POSIX seconds")

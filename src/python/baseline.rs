@@ -98,7 +98,7 @@ fn plain_lut_decode(
 /// Benchmark probe: the scan writers alone, fed from memory, one scan over `disks`; JSON
 /// with bytes, seconds, direct.
 #[pyfunction]
-#[pyo3(signature = (disks, total_bytes, format="vbs", chunk_size=256 << 20, writers=3, frame_size=8224))]
+#[pyo3(signature = (disks, total_bytes, format="vbs", chunk_size=268435456, writers=3, frame_size=8224))]
 fn scan_writer_throughput(
     py: Python<'_>,
     disks: Vec<std::path::PathBuf>,
