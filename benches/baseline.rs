@@ -243,6 +243,7 @@ pub fn scan_writer_throughput(
         writers,
         direct: true,
         fps: None,
+        split: None,
         writer_cpus: Vec::new(),
         notes: Vec::new(),
     });

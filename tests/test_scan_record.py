@@ -282,6 +282,33 @@ def test_two_senders_into_one_port_are_one_stream(tmp_path: Path) -> None:
     assert lost == d.kernel_drops and s.frames == 10_000 - d.kernel_drops and s.invariant_holds
 
 
+def test_split_by_thread_writes_one_exact_scan_per_thread(tmp_path: Path) -> None:
+    ds = disks(tmp_path, 3)
+    sent_file = tmp_path / "sent.vdif"
+    _, s, run, d = record(
+        tmp_path,
+        dict(disks=[str(x) for x in ds], split="thread", chunk_size="1MiB", fps=2500),
+        dict(frames=20_000, fps=2500, threads=4, record_sent=sent_file, **START),
+        scan=dict(name="kvn_scan1"),
+    )
+    sent = frames_of(sent_file)
+    thread = vdif_keys(sent)[0]
+    assert sorted(x["key"] for x in s.data_streams) == ["0", "1", "2", "3"]
+    lost = 0
+    for x in s.data_streams:
+        assert x["name"] == f"kvn_scan1_ds{x['key']}"
+        data = frames_of(gather_vbs(ds, x["name"]))
+        assert (vdif_keys(data)[0] == int(x["key"])).all()
+        lost += len(left_out(sent[thread == int(x["key"])], data))
+        assert x["frames"] == len(data) and x["bytes_written"] == len(data) * FS
+        # Each data stream has its summary beside it.
+        assert any((disk / x["name"] / f"{x['name']}.summary.json").exists() for disk in ds)
+    assert lost == d.kernel_drops and s.invariant_holds and run.invariant_holds
+    # A later scan of the same name gets the suffix: the data streams hold the name.
+    with vdifrec.Recorder(port=0, ring="64MiB", frame_size=FS, disks=[str(x) for x in ds], split="thread") as rec:
+        assert rec.start_scan("kvn_scan1") == "kvn_scan1a"
+
+
 def test_record_command_writes_a_scan(tmp_path: Path) -> None:
     ds = disks(tmp_path, 2)
     sent_file = tmp_path / "sent.vdif"

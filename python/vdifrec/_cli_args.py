@@ -128,7 +128,7 @@ def add_signal_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tone-mhz", type=number, help="tone frequency in MHz within the band (default: 0.390625 of the band)")
     p.add_argument("--tone-amplitude", type=number, help=f"tone amplitude in noise sigmas (default {d['tone_amplitude']})")
     p.add_argument("--edv", type=integer, help=f"extended data version of the headers: 0, 1 or 3 (default {d['edv']})")
-    p.add_argument("--station", type=integer, help=f"station id, 16 bits (default {d['station']})")
+    p.add_argument("--station", help=f"station: a two-character code such as Kv, or a 16-bit number (default {d['station']})")
     p.add_argument("--ref-epoch", type=integer, help="reference epoch, half-years since 2000 (default: now)")
     p.add_argument("--start-second", type=integer, help="VDIF seconds of the first frame (default: now)")
     p.add_argument("--seed", type=integer, help=f"random seed (default {d['seed']})")

@@ -82,6 +82,7 @@ def add_record(sub: Any) -> None:
     p.add_argument("--format", help="scan layout: file (one disk), vbs (FlexBuff chunks; the default with several disks), mk6 (Mark6 scatter-gather)")
     p.add_argument("--chunk-size", type=size, help="vbs chunk or mk6 block size (default 256MiB and 8MiB), rounded to whole runs of 128 frames")
     p.add_argument("--writers", type=integer, help="scan writer threads (default: one per 5 Gbit/s plus one, at most one per disk)")
+    p.add_argument("--split", help="write one scan per VDIF thread or station, named SCAN_ds<key> (thread or station)")
     p.add_argument("--disk-fault", dest="disk_faults", action="append", type=disk_fault, help="test aid: DIR=full@SIZE or DIR=error@SIZE, that disk fills or fails after SIZE bytes")
     p.add_argument("--quiet", action="store_true", help="no per-second table")
     p.set_defaults(func=run_record)

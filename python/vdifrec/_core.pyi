@@ -112,6 +112,7 @@ class RecorderOptions(TypedDict, total=False):
     chunk_size: _Size | None
     writers: int | None
     disk_faults: dict[_Path, str]
+    split: str | None
 
 class SignalOptions(TypedDict, total=False):
     frame_size: int
@@ -124,7 +125,7 @@ class SignalOptions(TypedDict, total=False):
     correlation: float
     delay: int
     seed: int
-    station: int
+    station: int | str
     edv: int
     ref_epoch: int | None
     start_second: int | None

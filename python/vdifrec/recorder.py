@@ -142,6 +142,10 @@ class Recorder:
     writers : int, optional
         Scan writer threads (default: one per 5 Gbit/s of the stream plus one, at most one per
         disk). A chunk goes to whichever disk is ready next: a slow disk gets fewer.
+    split : str, optional
+        ``"thread"`` or ``"station"``: each VDIF thread (or station) of a scan is written as a
+        scan of its own, ``<scan>_ds<key>`` (key: the thread number, or the station's
+        two-character code where printable), as jive5ab names data streams.
     disk_faults : dict, optional
         Test aid: ``{disk: "full@64MiB"}`` or ``"error@1GiB"`` makes that disk fill or fail
         after so many bytes (it then leaves the set; its chunk goes to another disk).

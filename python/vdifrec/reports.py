@@ -176,6 +176,9 @@ class ScanSummary(_Record):
     frame_size: int
     chunk_size: int
     chunks: int
+    data_streams: list[dict[str, Any]]
+    """Each data stream (``name``, ``key``, ``frames``, ``chunks``, ``bytes_written``): one per
+    thread or station of a split scan, else the scan itself."""
     writers: int
     frames_lost: int
     frames_out_of_order: int

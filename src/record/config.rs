@@ -6,7 +6,7 @@ use crate::options::{self, in_range, ArgError, Size};
 use crate::record::capture::udp::MAX_OFFSET;
 use crate::record::diskio::Fault;
 use crate::record::ring;
-use crate::record::scan::ScanSetup;
+use crate::record::scan::{ScanSetup, Split};
 use crate::units::format_size;
 use crate::vdif::header::{
     check_datagram_frame_size, check_fps, check_frame_size, frame_size_from,
@@ -96,6 +96,8 @@ pub struct RecorderOptions {
     /// Test aid: disk directory → `full@SIZE` or `error@SIZE` (the disk fills or fails after
     /// that many bytes).
     pub disk_faults: std::collections::BTreeMap<PathBuf, String>,
+    /// Write one scan per VDIF `thread` or `station`, named `<scan>_ds<key>` (None: one scan).
+    pub split: Option<String>,
 }
 
 impl Default for RecorderOptions {
@@ -133,6 +135,7 @@ impl Default for RecorderOptions {
             chunk_size: None,
             writers: None,
             disk_faults: Default::default(),
+            split: None,
         }
     }
 }
@@ -504,6 +507,7 @@ fn scans(o: &RecorderOptions) -> Result<Option<ScanSetup>, ArgError> {
     scan_only("chunk_size", o.chunk_size.is_some())?;
     scan_only("writers", o.writers.is_some())?;
     scan_only("disk_faults", !o.disk_faults.is_empty())?;
+    scan_only("split", o.split.is_some())?;
     if o.disks.is_empty() {
         return Ok(None);
     }
@@ -561,6 +565,18 @@ fn scans(o: &RecorderOptions) -> Result<Option<ScanSetup>, ArgError> {
         let f = Fault::parse(text).map_err(|why| ArgError::new("disk_faults", why))?;
         faults.push((dir.clone(), f));
     }
+    let split = match o.split.as_deref() {
+        None => None,
+        Some("sender") => {
+            return Err(ArgError::new(
+                "split",
+                "sender: the capture does not keep which sender a frame came from yet; split by thread or station",
+            ))
+        }
+        Some(x) => Some(Split::parse(x).ok_or_else(|| {
+            ArgError::new("split", format!("{x:?} is not a split: choose {}", Split::NAMES))
+        })?),
+    };
     Ok(Some(ScanSetup {
         disks,
         format,
@@ -568,6 +584,7 @@ fn scans(o: &RecorderOptions) -> Result<Option<ScanSetup>, ArgError> {
         writers,
         faults,
         direct: o.direct,
+        split,
     }))
 }
 
@@ -662,6 +679,14 @@ mod tests {
             "disks"
         );
         assert_eq!(name(|o| o.disks = vec!["/nowhere/disk*".into()]), "disks");
+        assert_eq!(
+            name(|o| {
+                two(o);
+                o.split = Some("port".into())
+            }),
+            "split"
+        );
+        assert_eq!(name(|o| o.split = Some("thread".into())), "split");
         assert_eq!(
             name(|o| {
                 two(o);

@@ -137,6 +137,13 @@ fn open_disks(setup: &ScanSetup) -> Result<DiskSet, RecordError> {
 /// `wanted`, or with jive5ab's suffix when a scan of that name is on any disk (in any
 /// format) or was recorded in this run.
 fn unused_name(wanted: &str, disks: &DiskSet, used: &[String]) -> String {
+    // A split scan's data streams are `<name>_ds<key>`: those take the name too.
+    let data_stream_of = |entry: &std::ffi::OsStr, n: &str| {
+        entry
+            .to_str()
+            .and_then(|e| e.strip_prefix(n))
+            .is_some_and(|rest| rest.starts_with("_ds"))
+    };
     let taken = |n: &str| {
         used.iter().any(|u| u == n)
             || disks.disks.iter().any(|d| {
@@ -148,6 +155,8 @@ fn unused_name(wanted: &str, disks: &DiskSet, used: &[String]) -> String {
                 ]
                 .iter()
                 .any(|p| p.exists())
+                    || std::fs::read_dir(&d.path)
+                        .is_ok_and(|rd| rd.flatten().any(|e| data_stream_of(&e.file_name(), n)))
             })
     };
     if !taken(wanted) {
@@ -625,6 +634,7 @@ impl Recorder {
             writers,
             direct: setup.direct,
             fps,
+            split: setup.split,
             writer_cpus: writer_cpus(self.config.capture_cpu),
             notes,
         };
@@ -752,6 +762,7 @@ mod tests {
     use crate::tools::generate::SignalSpec;
     use crate::tools::sender::{parse_drops, SendConfig, Sender};
     use crate::vdif::layout;
+    use crate::vdif::Header;
 
     fn tmpdir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("vdifrec-rec-{}-{name}", std::process::id()));
@@ -835,6 +846,7 @@ mod tests {
                 writers: Some(2),
                 faults: Vec::new(),
                 direct: true,
+                split: None,
             }),
             ..Default::default()
         })
@@ -979,6 +991,58 @@ mod tests {
     }
 
     #[test]
+    fn a_scan_split_by_thread_is_one_exact_scan_per_thread() {
+        let ds = disks("split", 2);
+        let mut rec = Recorder::start(RecorderConfig {
+            ring_bytes: 16 << 20,
+            frame_size: Some(8224),
+            fps: Some(500),
+            scans: Some(ScanSetup {
+                disks: ds.clone(),
+                format: Format::Vbs,
+                chunk_bytes: Some(1 << 20),
+                writers: Some(2),
+                faults: Vec::new(),
+                direct: true,
+                split: Some(crate::record::scan::Split::Thread),
+            }),
+            ..Default::default()
+        })
+        .unwrap();
+        rec.start_scan(ScanRequest {
+            name: "sp".into(),
+            start: None,
+            stop: None,
+        })
+        .unwrap();
+        let sent = ds[0].parent().unwrap().join("sent.vdif");
+        let sp = SignalSpec {
+            fps: 500,
+            threads: 4,
+            ..spec()
+        };
+        send(&rec, sp, 4000, "", &sent);
+        let s = rec.stop_scan().unwrap();
+        assert!(s.invariant_holds, "{s:#?}");
+        let all = std::fs::read(&sent).unwrap();
+        let mut keys: Vec<&str> = s.data_streams.iter().map(|d| d.key.as_str()).collect();
+        keys.sort();
+        assert_eq!(keys, ["0", "1", "2", "3"]);
+        for d in &s.data_streams {
+            let t: u32 = d.key.parse().unwrap();
+            let want: Vec<u8> = all
+                .chunks(8224)
+                .filter(|f| Header::parse(f).unwrap().thread_id() == t)
+                .flatten()
+                .copied()
+                .collect();
+            assert_eq!(d.name, format!("sp_ds{t}"));
+            assert_eq!(gather_vbs(&ds, &d.name).0, want, "thread {t}");
+            assert_eq!(d.frames, 1000);
+        }
+    }
+
+    #[test]
     fn a_disk_that_fails_mid_scan_loses_nothing() {
         let ds = disks("fail", 3);
         let mut rec = Recorder::start(RecorderConfig {
@@ -998,6 +1062,7 @@ mod tests {
                     },
                 )],
                 direct: true,
+                split: None,
             }),
             ..Default::default()
         })

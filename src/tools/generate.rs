@@ -126,8 +126,34 @@ mod setting {
     pub fn seed<'de, D: Deserializer<'de>>(d: D) -> R<u64, D::Error> {
         ranged(d, 0, u64::MAX as i128, "any whole number")
     }
+    /// A station as a number (0 to 65535) or as VDIF's two-character code (`Kv`).
     pub fn station<'de, D: Deserializer<'de>>(d: D) -> R<u16, D::Error> {
-        ranged(d, 0, 65_535, "a 16-bit station id")
+        use serde::de::Error;
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Number(i64),
+            Text(String),
+        }
+        let bad = |t: &str| {
+            D::Error::custom(format!(
+                "{t:?} is not a station: give a whole number 0 to 65535 or a two-character code such as Kv"
+            ))
+        };
+        let v = match <Given as serde::Deserialize>::deserialize(d)? {
+            Given::Number(v) => v,
+            Given::Text(t) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => {
+                t.parse().map_err(|_| bad(&t))?
+            }
+            Given::Text(t) => {
+                return crate::vdif::header::station_code(&t).ok_or_else(|| bad(&t));
+            }
+        };
+        u16::try_from(v).map_err(|_| {
+            D::Error::custom(format!(
+                "{v} is out of range: give 0 to 65535 (a 16-bit station id) or a two-character code such as Kv"
+            ))
+        })
     }
     pub fn edv<'de, D: Deserializer<'de>>(d: D) -> R<u32, D::Error> {
         ranged(d, 0, 3, "the generator writes EDV 0, 1 or 3")

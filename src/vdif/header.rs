@@ -448,6 +448,8 @@ impl Header {
     }
 
     /// Station as two ASCII characters where it looks like that, the way baseband shows it.
+    /// The station as operators write it: VDIF's two-character code where printable (`Kv`),
+    /// the number otherwise (`station_code` is the inverse).
     pub fn station_name(&self) -> String {
         let id = self.station_id();
         let (hi, lo) = ((id >> 8) as u8, (id & 0xff) as u8);
@@ -646,9 +648,36 @@ fn read_word(bytes: &[u8], i: usize) -> u32 {
     ])
 }
 
+/// The station id of a two-character code such as `Kv` (the first character's byte in the
+/// high 8 bits), or None when `code` is not two printable ASCII characters that read back as
+/// a code (a digit or letter first).
+pub fn station_code(code: &str) -> Option<u16> {
+    let b = code.as_bytes();
+    if b.len() != 2
+        || !(48..128).contains(&b[0])
+        || !b[0].is_ascii_graphic()
+        || !b[1].is_ascii_graphic()
+    {
+        return None;
+    }
+    Some(((b[0] as u16) << 8) | b[1] as u16)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn station_codes_round_trip() {
+        let code = station_code("Kv").unwrap();
+        assert_eq!(code, (b'K' as u16) << 8 | b'v' as u16);
+        let mut h = Header::from_words([0; 8]);
+        h.set(field::STATION_ID, code as u32).unwrap();
+        assert_eq!(h.station_name(), "Kv");
+        for bad in ["K", "Kvx", "-1", " v", "é"] {
+            assert_eq!(station_code(bad), None, "{bad}");
+        }
+    }
     use proptest::prelude::*;
 
     /// First header of baseband's sample.vdif (EDV 3), as dumped in baseband's own comments.

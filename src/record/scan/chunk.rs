@@ -14,6 +14,8 @@ use std::path::PathBuf;
 /// A numbered run of the scan's frames waiting in the ring.
 #[derive(Clone, Debug)]
 pub struct ChunkJob {
+    /// The scan (or data stream) it belongs to.
+    pub out: std::sync::Arc<ScanOut>,
     pub number: u64,
     /// (first ring sequence number, frames), in order.
     pub ranges: Vec<(u64, u64)>,
@@ -26,9 +28,10 @@ impl ChunkJob {
     }
 }
 
-/// What every chunk of a scan shares.
+/// What every chunk of a scan (or of one data stream of a split scan) shares.
 #[derive(Clone, Debug)]
 pub struct ScanOut {
+    /// The name on disk: the scan's, or `<scan>_ds<key>` for a data stream.
     pub name: String,
     pub format: Format,
     pub frame_size: usize,
@@ -118,6 +121,7 @@ fn write_frames(
         return Ok(());
     }
     let rest = ChunkJob {
+        out: job.out.clone(),
         number: job.number,
         ranges: if whole > 0 {
             vec![(job.first_seq() + whole, job.frames - whole)]
@@ -178,7 +182,7 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
     let mut state = disk.state.lock().unwrap();
     let mut note = None;
     let mut header_bytes = 0u64;
-    if state.open.is_none() {
+    if !state.open.iter().any(|o| o.scan == out.name) {
         let (path, direct) = match out.format {
             Format::Mk6 => (layout::mk6_path(&disk.path, &out.name), false),
             _ => (layout::file_path(&disk.path, &out.name), out.direct),
@@ -187,6 +191,7 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
             diskio::create_new(&path, direct).map_err(|e| fail(&path, "cannot create", e))?;
         note = Some(n);
         let mut open = OpenScanFile {
+            scan: out.name.clone(),
             file,
             path,
             end: 0,
@@ -209,10 +214,15 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
             header_bytes += open.end;
             state.used += open.end;
         }
-        state.open = Some(open);
+        state.open.push(open);
     }
     let used = state.used;
-    let open = state.open.as_mut().expect("opened above");
+    let k = state
+        .open
+        .iter()
+        .position(|o| o.scan == out.name)
+        .expect("opened above");
+    let open = &mut state.open[k];
     let start = open.end;
     let budget = Budget {
         fault: disk.fault,
@@ -249,7 +259,7 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
         state.used += n;
         if first_chunk_on_disk {
             // A disk that got no block has no file.
-            state.open = None;
+            state.open.remove(k);
             let _ = std::fs::remove_file(&path);
         }
         return Err(fail(&path, "writing", e));
@@ -258,7 +268,7 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
         Format::Mk6 => layout::MK6_BLOCK_HEADER_BYTES as u64,
         _ => 0,
     };
-    let open = state.open.as_mut().expect("open");
+    let open = &mut state.open[k];
     open.end = start + block_header + bytes;
     open.frame_bytes += bytes;
     let (path, file_bytes) = (open.path.clone(), open.end);
@@ -272,24 +282,34 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
     })
 }
 
-/// Closes the scan's open file on a disk: trimmed, the Mark6 header's block size set to the
-/// largest block written, synced. Returns (path, size) of the file.
-pub fn close_scan_file(
+/// Closes the scan's open files on a disk (one, or one per data stream): trimmed, the Mark6
+/// header's block size set to the largest block written, synced. Returns (path, size) of each
+/// file, and the first failure.
+pub fn close_scan_files(
     disk: &Disk,
     format: Format,
     frame_size: usize,
-) -> Result<Option<(PathBuf, u64)>, String> {
+) -> (Vec<(PathBuf, u64)>, Option<String>) {
     let mut state = disk.state.lock().unwrap();
-    let Some(open) = state.open.take() else {
-        return Ok(None);
-    };
-    if format == Format::Mk6 {
-        let header = Mk6FileHeader::vdif(open.largest_block as u32, frame_size as u32).to_bytes();
-        let mut direct = false;
-        diskio::write_all_at(&open.file, &mut direct, &header, 0, Budget::none())
-            .map_err(|(_, e)| format!("writing the header of {}: {e}", open.path.display()))?;
+    let mut closed = Vec::new();
+    let mut error = None;
+    for open in state.open.drain(..) {
+        let mut result = Ok(());
+        if format == Format::Mk6 {
+            let header =
+                Mk6FileHeader::vdif(open.largest_block as u32, frame_size as u32).to_bytes();
+            let mut direct = false;
+            result = diskio::write_all_at(&open.file, &mut direct, &header, 0, Budget::none())
+                .map_err(|(_, e)| format!("writing the header of {}: {e}", open.path.display()));
+        }
+        let result = result.and_then(|()| {
+            diskio::finish(&open.file, open.end)
+                .map_err(|e| format!("fdatasync of {} failed: {e}", open.path.display()))
+        });
+        if let Err(e) = result {
+            error.get_or_insert(e);
+        }
+        closed.push((open.path, open.end));
     }
-    diskio::finish(&open.file, open.end)
-        .map_err(|e| format!("fdatasync of {} failed: {e}", open.path.display()))?;
-    Ok(Some((open.path, open.end)))
+    (closed, error)
 }

@@ -11,6 +11,8 @@ use std::sync::{Condvar, Mutex};
 
 /// A file of the scan kept open on a disk between chunks (the `file` and `mk6` formats).
 pub struct OpenScanFile {
+    /// The scan (or data stream, with a split) this file belongs to.
+    pub scan: String,
     pub file: File,
     pub path: PathBuf,
     /// Bytes in the file (headers included).
@@ -33,7 +35,8 @@ pub struct DiskState {
     pub scan_frame_bytes: u64,
     /// Files (vbs chunks) written whole in this scan.
     pub scan_chunks: u64,
-    pub open: Option<OpenScanFile>,
+    /// The scan's files open on this disk: one, or one per data stream with a split.
+    pub open: Vec<OpenScanFile>,
 }
 
 pub struct Disk {
@@ -73,7 +76,7 @@ impl DiskSet {
             let mut s = d.state.lock().unwrap();
             s.scan_frame_bytes = 0;
             s.scan_chunks = 0;
-            s.open = None;
+            s.open.clear();
             if s.dropped.is_none() {
                 ready.push_back(i);
             }

@@ -10,9 +10,10 @@ use crate::record::classify::swapped_header;
 use crate::record::ring::Ring;
 use crate::record::scan::chunk::{self, ChunkJob, ScanOut};
 use crate::record::scan::disks::DiskSet;
-use crate::record::scan::summary::{DiskSummary, ScanSummary};
+use crate::record::scan::summary::{DataStreamSummary, DiskSummary, ScanSummary};
 use crate::record::scan::window::{frames_between, FramePoint, Place, Window};
 use crate::record::scan::writers::{Done, Writers};
+use crate::record::scan::Split;
 use crate::record::shared::Shared;
 use crate::record::stats::{FileRecord, StreamCounts};
 use crate::vdif::header::Header;
@@ -45,6 +46,7 @@ pub struct ScanPlan {
     pub writers: usize,
     pub direct: bool,
     pub fps: Option<u32>,
+    pub split: Option<Split>,
     pub writer_cpus: Vec<usize>,
     pub notes: Vec<String>,
 }
@@ -156,6 +158,16 @@ impl Gate {
     }
 }
 
+/// One data stream of a scan (the whole scan unless it is split): its chunks, numbered
+/// from 0.
+struct DataStream {
+    key: String,
+    out: Arc<ScanOut>,
+    building: Option<Building>,
+    next_chunk: u64,
+    frames: u64,
+}
+
 /// A chunk being filled.
 struct Building {
     ranges: Vec<(u64, u64)>,
@@ -167,7 +179,11 @@ struct Building {
 /// The scan being gated.
 struct Active {
     plan: ScanPlan,
-    out: ScanOut,
+    /// What every data stream's chunks share (the name is the scan's).
+    base: ScanOut,
+    streams: Vec<DataStream>,
+    /// Data stream index by thread or station id (split scans).
+    by_key: std::collections::HashMap<u32, usize>,
     ring: Arc<Ring>,
     acc: Accounting,
     writers: Option<Writers>,
@@ -175,13 +191,14 @@ struct Active {
     done: Receiver<Done>,
     /// Chunks handed to the writers and not yet done: first sequence number → frames.
     held: BTreeMap<u64, u64>,
-    building: Option<Building>,
-    next_chunk: u64,
     frames: u64,
     first_frame: Option<FramePoint>,
     last_frame: Option<FramePoint>,
     /// The stop was asked for, or the window's end was reached: no more frames are taken.
     closing: bool,
+    /// Asked to stop: the scan takes the frames buffered before that (ring sequence numbers
+    /// below this), then closes.
+    stop_at: Option<u64>,
     past_stop_since: Option<Instant>,
     overflows_at_start: u64,
     drops_at_start: u64,
@@ -235,7 +252,7 @@ impl GateLoop {
         if let Some(p) = pending.take() {
             self.activate(*p, &ring);
             if stop_asked {
-                self.active.as_mut().expect("activated").closing = true;
+                self.active.as_mut().expect("activated").stop_at = Some(ring.write_seq());
             }
         }
         loop {
@@ -247,8 +264,10 @@ impl GateLoop {
                         }
                     }
                     Command::Stop => {
+                        // Frames already buffered when the stop came belong to the scan: it
+                        // takes them up to the write index now, then closes.
                         if let Some(a) = &mut self.active {
-                            a.closing = true;
+                            a.stop_at.get_or_insert(ring.write_seq());
                         }
                     }
                 }
@@ -260,7 +279,9 @@ impl GateLoop {
             let now_wall = unix_now();
             for seq in pos..upto {
                 let taken = match &mut self.active {
-                    Some(a) if !a.closing => a.offer(seq, self.big_endian, now_wall),
+                    Some(a) if !a.closing && a.stop_at.is_none_or(|s| seq < s) => {
+                        a.offer(seq, self.big_endian, now_wall)
+                    }
                     _ => false,
                 };
                 if !taken {
@@ -271,7 +292,10 @@ impl GateLoop {
             pos = upto;
             if let Some(a) = &mut self.active {
                 a.collect_done();
-                if capture_done && pos == end {
+                if !a.closing {
+                    a.relieve(pos);
+                }
+                if (capture_done && pos == end) || a.stop_at.is_some_and(|s| pos >= s) {
                     a.closing = true;
                 }
                 if a.past_stop_since.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
@@ -342,7 +366,6 @@ impl GateLoop {
         let (done_tx, done_rx) = crossbeam_channel::unbounded();
         let writers = Writers::start(
             plan.writers,
-            out.clone(),
             ring.clone(),
             self.disks.clone(),
             jobs_rx,
@@ -358,21 +381,32 @@ impl GateLoop {
             }
         };
         let c = self.shared.capture_stats();
+        let streams = match plan.split {
+            None => vec![DataStream {
+                key: String::new(),
+                out: Arc::new(out.clone()),
+                building: None,
+                next_chunk: 0,
+                frames: 0,
+            }],
+            Some(_) => Vec::new(),
+        };
         self.active = Some(Active {
             acc: Accounting::new(plan.fps, GapPolicy::WallClock),
             plan,
-            out,
+            base: out,
+            streams,
+            by_key: Default::default(),
             ring: ring.clone(),
             writers,
             jobs,
             done: done_rx,
             held: BTreeMap::new(),
-            building: None,
-            next_chunk: 0,
             frames: 0,
             first_frame: None,
             last_frame: None,
             closing: false,
+            stop_at: None,
             past_stop_since: None,
             overflows_at_start: c.ring_overflows,
             drops_at_start: c.kernel_drops,
@@ -394,6 +428,7 @@ impl GateLoop {
             frame_size: 0,
             chunk_size: 0,
             chunks: 0,
+            data_streams: Vec::new(),
             writers: 0,
             counts: StreamCounts::default(),
             frames_lost_at_edges: 0,
@@ -454,20 +489,18 @@ impl GateLoop {
         let mut notes = a.notes;
         notes.extend(log.notes);
         let mut chunks_per_disk = vec![0u64; self.disks.disks.len()];
-        if a.out.format != Format::Vbs {
+        if a.base.format != Format::Vbs {
             for (i, d) in self.disks.disks.iter().enumerate() {
-                match chunk::close_scan_file(d, a.out.format, a.out.frame_size) {
-                    Ok(Some((path, bytes))) => {
-                        chunks_per_disk[i] = 1;
-                        files.push(FileRecord {
-                            path: path.display().to_string(),
-                            bytes,
-                        });
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        error.get_or_insert(e);
-                    }
+                let (closed, e) = chunk::close_scan_files(d, a.base.format, a.base.frame_size);
+                chunks_per_disk[i] = closed.len() as u64;
+                for (path, bytes) in closed {
+                    files.push(FileRecord {
+                        path: path.display().to_string(),
+                        bytes,
+                    });
+                }
+                if let Some(e) = e {
+                    error.get_or_insert(e);
                 }
             }
         }
@@ -493,7 +526,7 @@ impl GateLoop {
         let c = self.shared.capture_stats();
         let mut disks = self.disk_summaries();
         for (d, n) in disks.iter_mut().zip(chunks_per_disk) {
-            if a.out.format != Format::Vbs {
+            if a.base.format != Format::Vbs {
                 d.chunks = n;
             }
         }
@@ -515,15 +548,26 @@ impl GateLoop {
         let s = ScanSummary {
             name: a.plan.name.clone(),
             requested_name: a.plan.requested_name.clone(),
-            format: a.out.format.name(),
+            format: a.base.format.name(),
             start: a.plan.start_text.clone(),
             stop: a.plan.stop_text.clone(),
             first_frame: iso(a.first_frame),
             last_frame: iso(a.last_frame),
             frames: a.frames,
             frame_size: fs as usize,
-            chunk_size: a.out.chunk_frames * fs,
-            chunks: a.next_chunk,
+            chunk_size: a.base.chunk_frames * fs,
+            chunks: a.streams.iter().map(|d| d.next_chunk).sum(),
+            data_streams: a
+                .streams
+                .iter()
+                .map(|d| DataStreamSummary {
+                    name: d.out.name.clone(),
+                    key: d.key.clone(),
+                    frames: d.frames,
+                    chunks: d.next_chunk,
+                    bytes_written: log.bytes_by_scan.get(&d.out.name).copied().unwrap_or(0),
+                })
+                .collect(),
             writers: a.plan.writers,
             counts,
             frames_lost_at_edges: edges,
@@ -543,19 +587,33 @@ impl GateLoop {
             ok: false,
         }
         .judge();
-        self.write_summary_files(&s, a.out.format);
+        self.write_summary_files(&s, a.base.format);
         self.publish(s);
     }
 
-    /// The scan's summary as JSON beside it, on every disk that holds part of it.
+    /// The scan's summary as JSON beside it (beside each data stream of a split scan), on
+    /// every disk that holds part of it.
     fn write_summary_files(&self, s: &ScanSummary, format: Format) {
+        let names: Vec<&str> =
+            if s.data_streams.len() > 1 || s.data_streams.iter().any(|d| !d.key.is_empty()) {
+                s.data_streams.iter().map(|d| d.name.as_str()).collect()
+            } else {
+                vec![s.name.as_str()]
+            };
         for d in &s.disks {
             if d.bytes == 0 {
                 continue;
             }
-            let path = layout::summary_path(std::path::Path::new(&d.path), &s.name, format);
-            // A failing disk may refuse this too; the summary is still returned.
-            let _ = std::fs::write(&path, s.to_json());
+            let disk = std::path::Path::new(&d.path);
+            for name in &names {
+                let path = layout::summary_path(disk, name, format);
+                // Only where that data stream has a part (a vbs directory), or beside a file.
+                if format == Format::Vbs && !path.parent().is_some_and(|p| p.is_dir()) {
+                    continue;
+                }
+                // A failing disk may refuse this too; the summary is still returned.
+                let _ = std::fs::write(&path, s.to_json());
+            }
         }
     }
 }
@@ -585,26 +643,54 @@ impl Active {
                 self.frames += 1;
                 self.first_frame = Some(self.first_frame.map_or(point, |f| f.min(point)));
                 self.last_frame = Some(self.last_frame.map_or(point, |l| l.max(point)));
-                self.append(seq);
+                let k = self.stream_of(&h);
+                self.append(seq, k);
                 true
             }
         }
     }
 
-    fn append(&mut self, seq: u64) {
-        let b = self.building.get_or_insert_with(|| {
-            let limit = if self.out.format == Format::Vbs {
+    /// The data stream frame `h` belongs to (created at its first frame).
+    fn stream_of(&mut self, h: &Header) -> usize {
+        let Some(split) = self.plan.split else {
+            return 0;
+        };
+        let (id, key) = split.key(h);
+        if let Some(&i) = self.by_key.get(&id) {
+            return i;
+        }
+        let out = ScanOut {
+            name: format!("{}_ds{key}", self.plan.name),
+            ..self.base.clone()
+        };
+        self.streams.push(DataStream {
+            key,
+            out: Arc::new(out),
+            building: None,
+            next_chunk: 0,
+            frames: 0,
+        });
+        self.by_key.insert(id, self.streams.len() - 1);
+        self.streams.len() - 1
+    }
+
+    fn append(&mut self, seq: u64, k: usize) {
+        let run = self.ring.run();
+        let ds = &mut self.streams[k];
+        ds.frames += 1;
+        let b = ds.building.get_or_insert_with(|| {
+            let chunk = ds.out.chunk_frames;
+            let limit = if ds.out.format == Format::Vbs {
                 // End the first chunk on an aligned run, so that every later chunk starts on
                 // one and goes to disk with O_DIRECT straight from the ring.
-                let run = self.ring.run();
-                let end = (seq + self.out.chunk_frames) / run * run;
+                let end = (seq + chunk) / run * run;
                 if end > seq {
                     end - seq
                 } else {
-                    self.out.chunk_frames
+                    chunk
                 }
             } else {
-                self.out.chunk_frames
+                chunk
             };
             Building {
                 ranges: Vec::new(),
@@ -618,20 +704,22 @@ impl Active {
         }
         b.frames += 1;
         if b.frames >= b.limit {
-            self.send_building();
+            self.send_building(k);
         }
     }
 
-    fn send_building(&mut self) {
-        let Some(b) = self.building.take() else {
+    fn send_building(&mut self, k: usize) {
+        let ds = &mut self.streams[k];
+        let Some(b) = ds.building.take() else {
             return;
         };
         let job = ChunkJob {
-            number: self.next_chunk,
+            out: ds.out.clone(),
+            number: ds.next_chunk,
             ranges: b.ranges,
             frames: b.frames,
         };
-        self.next_chunk += 1;
+        ds.next_chunk += 1;
         self.held.insert(job.first_seq(), job.frames);
         match &self.jobs {
             Some(tx) => {
@@ -644,10 +732,32 @@ impl Active {
         }
     }
 
+    /// When chunks still filling hold most of the ring (a split scan whose data streams each
+    /// fill a chunk), the oldest goes out short rather than let the ring fill.
+    fn relieve(&mut self, pos: u64) {
+        let Some(low) = self.lowest_held() else {
+            return;
+        };
+        if (pos - low) * 4 < self.ring.nslots() * 3 {
+            return;
+        }
+        let oldest = (0..self.streams.len())
+            .filter_map(|k| {
+                let first = self.streams[k].building.as_ref()?.ranges.first()?.0;
+                Some((first, k))
+            })
+            .min();
+        if let Some((_, k)) = oldest {
+            self.send_building(k);
+        }
+    }
+
     /// No more frames: the last (short) chunk goes out, and the writers end when the queue
     /// is empty.
     fn close_input(&mut self) {
-        self.send_building();
+        for k in 0..self.streams.len() {
+            self.send_building(k);
+        }
         self.jobs = None;
     }
 
@@ -660,9 +770,10 @@ impl Active {
     /// The oldest ring frame a chunk of this scan still needs.
     fn lowest_held(&self) -> Option<u64> {
         let building = self
-            .building
-            .as_ref()
-            .and_then(|b| b.ranges.first().map(|r| r.0));
+            .streams
+            .iter()
+            .filter_map(|d| d.building.as_ref()?.ranges.first().map(|r| r.0))
+            .min();
         match (self.held.keys().next().copied(), building) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

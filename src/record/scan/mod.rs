@@ -24,6 +24,45 @@ pub const DEFAULT_VBS_CHUNK: u64 = 256 << 20;
 pub const DEFAULT_MK6_BLOCK: u64 = 8 << 20;
 pub const DEFAULT_FILE_PIECE: u64 = 32 << 20;
 
+/// How a scan is split into data streams, each written as a scan of its own named
+/// `<scan>_ds<key>` (jive5ab's data streams).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    /// One data stream per VDIF thread; key: the thread number.
+    Thread,
+    /// One per station; key: the two-character code where printable, else the number.
+    Station,
+}
+
+impl Split {
+    pub const NAMES: &'static str = "thread or station";
+
+    pub fn parse(s: &str) -> Option<Split> {
+        match s {
+            "thread" => Some(Split::Thread),
+            "station" => Some(Split::Station),
+            _ => None,
+        }
+    }
+
+    /// The frame's data stream: (id, key as it appears in the name). A key holds letters and
+    /// digits only, never a `.` or `:`.
+    pub fn key(self, h: &crate::vdif::Header) -> (u32, String) {
+        match self {
+            Split::Thread => (h.thread_id(), h.thread_id().to_string()),
+            Split::Station => {
+                let name = h.station_name();
+                let key = if name.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                    name
+                } else {
+                    h.station_id().to_string()
+                };
+                (h.station_id(), key)
+            }
+        }
+    }
+}
+
 /// How scans are written, checked (from `RecorderOptions`).
 #[derive(Clone, Debug)]
 pub struct ScanSetup {
@@ -36,6 +75,8 @@ pub struct ScanSetup {
     /// Test aid: disks that fill or fail after some bytes.
     pub faults: Vec<(PathBuf, Fault)>,
     pub direct: bool,
+    /// One scan per thread or station (None: one scan).
+    pub split: Option<Split>,
 }
 
 impl ScanSetup {

@@ -17,6 +17,17 @@ pub struct DiskSummary {
     pub dropped: Option<String>,
 }
 
+/// One data stream of a split scan (`<scan>_ds<key>`), or the whole scan.
+#[derive(Clone, Debug, Serialize)]
+pub struct DataStreamSummary {
+    pub name: String,
+    /// The thread number or station code (empty: the scan is not split).
+    pub key: String,
+    pub frames: u64,
+    pub chunks: u64,
+    pub bytes_written: u64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct ScanSummary {
     /// The name on disk (the name asked for, with jive5ab's suffix when that was taken).
@@ -34,6 +45,8 @@ pub struct ScanSummary {
     /// Bytes per chunk (vbs) or block (mk6, without its header).
     pub chunk_size: u64,
     pub chunks: u64,
+    /// The scan's data streams: one per thread or station with a split, else the scan itself.
+    pub data_streams: Vec<DataStreamSummary>,
     pub writers: usize,
     #[serde(flatten)]
     pub counts: StreamCounts,

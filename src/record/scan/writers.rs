@@ -23,6 +23,8 @@ pub struct Done {
 #[derive(Default)]
 pub struct WriterLog {
     pub bytes_written: u64,
+    /// Bytes written per scan name (one per data stream with a split).
+    pub bytes_by_scan: std::collections::BTreeMap<String, u64>,
     pub bytes_dropped: u64,
     pub header_bytes: u64,
     /// vbs chunk files as they close (the `file` and `mk6` files are listed when they close).
@@ -40,7 +42,6 @@ impl Writers {
     /// Starts `n` writers on the queue `jobs`; each reports to `done` (the gate).
     pub fn start(
         n: usize,
-        out: ScanOut,
         ring: Arc<Ring>,
         disks: Arc<DiskSet>,
         jobs: Receiver<ChunkJob>,
@@ -50,8 +51,7 @@ impl Writers {
         let log = Arc::new(Mutex::new(WriterLog::default()));
         let mut handles = Vec::new();
         for k in 0..n {
-            let (out, ring, disks, jobs, done, log) = (
-                out.clone(),
+            let (ring, disks, jobs, done, log) = (
                 ring.clone(),
                 disks.clone(),
                 jobs.clone(),
@@ -70,7 +70,7 @@ impl Writers {
                             }
                         }
                         for job in jobs.iter() {
-                            let d = write_somewhere(&out, &ring, &disks, &job, &log);
+                            let d = write_somewhere(&ring, &disks, &job, &log);
                             let _ = done.send(d);
                         }
                     })?,
@@ -92,13 +92,8 @@ impl Writers {
     }
 }
 
-fn write_somewhere(
-    out: &ScanOut,
-    ring: &Ring,
-    disks: &DiskSet,
-    job: &ChunkJob,
-    log: &Mutex<WriterLog>,
-) -> Done {
+fn write_somewhere(ring: &Ring, disks: &DiskSet, job: &ChunkJob, log: &Mutex<WriterLog>) -> Done {
+    let out: &ScanOut = &job.out;
     let bytes = job.frames * out.frame_size as u64;
     loop {
         let Some(d) = disks.take() else {
@@ -119,6 +114,7 @@ fn write_somewhere(
                 disks.give(d);
                 let mut l = log.lock().unwrap();
                 l.bytes_written += bytes;
+                *l.bytes_by_scan.entry(out.name.clone()).or_default() += bytes;
                 l.header_bytes += w.header_bytes;
                 if let Some(n) = w.note {
                     if !l.notes.contains(&n) {
