@@ -231,7 +231,7 @@ pub fn scan_writer_throughput(
     shared.set_ring(ring.clone());
     let frame = bench_frame(frame_size)?;
     let set = Arc::new(DiskSet::new(disks, &[]));
-    let mut gate = Gate::start(shared.clone(), set, false).map_err(|e| e.to_string())?;
+    let mut gate = Gate::start(vec![(0, shared.clone())], set, false).map_err(|e| e.to_string())?;
     gate.start_scan(ScanPlan {
         name: "bench_scan".into(),
         requested_name: "bench_scan".into(),

@@ -1,4 +1,8 @@
-"""Scans on several disks (issue: FlexBuff-class recording).
+"""Scans on several disks and several streams (issue: FlexBuff-class recording).
+
+(a) Two streams of 8.224 Gbit/s each, capture only (monitoring), both senders on this host,
+    for BENCH_TWO_SECONDS (default 10). Target: zero loss. Baseline: two discard loops fed by
+    the same two senders in the same run.
 
 (b) One stream at 8.224 Gbit/s recorded as one vbs scan over 3 directories for
     BENCH_SCAN_SECONDS (default 60): chunks are checked (whole frames, each chunk's first frame
@@ -128,6 +132,45 @@ def vbs_at_line_rate(seconds: float) -> dict[str, float]:
     return {"b_lossless": float(s.frames == sent["frames_sent"] and s.ok and reaper.bad == 0)}
 
 
+def two_streams(seconds: float) -> dict[str, float]:
+    def senders_into(addresses: list[tuple[str, int]]) -> list[dict]:
+        out: list[dict] = [{}, {}]
+
+        def one(k: int) -> None:
+            out[k] = vdifrec.send(addresses[k], duration=seconds, fps=FPS)
+
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
+
+    rxs = [vdifrec._core.DiscardReceiver() for _ in range(2)]
+    base_sent = senders_into([("127.0.0.1", rx.port) for rx in rxs])
+    time.sleep(0.5)
+    base_got = [json.loads(rx.stop()) for rx in rxs]
+    rec = vdifrec.Recorder(ports=[0, 0], ring="1GiB", frame_size=FS)
+    rec.start()
+    sent = senders_into(rec.addresses)
+    time.sleep(0.5)
+    s = rec.stop()
+    offered = sum(x["frames_sent"] for x in sent)
+    base_offered = sum(x["frames_sent"] for x in base_sent)
+    report(
+        f"(a) two 8.224 Gbit/s streams, capture only, {seconds:g} s, both senders on this host",
+        [
+            ("frames sent (both)", offered, "frames"),
+            ("frames received (both)", s.frames_received, "frames"),
+            ("lost (kernel drops + gaps)", s.frames_lost + s.kernel_drops, "frames"),
+            ("sender rates achieved", sum(x["gbps"] for x in sent), "Gbit/s together"),
+            ("baseline: discard loops received / sent", sum(g["datagrams"] for g in base_got) / max(base_offered, 1), ""),
+        ],
+        [("received / sent (target 1.00)", s.frames_received / max(offered, 1), "1.00")],
+    )
+    return {"a_ratio": s.frames_received / max(offered, 1)}
+
+
 def dd_parallel(dirs: list[Path], mib: int) -> float:
     procs = []
     t0 = time.perf_counter()
@@ -153,7 +196,8 @@ def writers_alone(dirs: list[Path], mib: int) -> float:
 
 
 def main() -> dict[str, float]:
-    results = vbs_at_line_rate(float(os.environ.get("BENCH_SCAN_SECONDS", "60")))
+    results = two_streams(float(os.environ.get("BENCH_TWO_SECONDS", "10")))
+    results |= vbs_at_line_rate(float(os.environ.get("BENCH_SCAN_SECONDS", "60")))
     dirs = scan_dirs()
     mib = int(os.environ.get("BENCH_SCAN_MIB", "1024"))
     ours = statistics.median(writers_alone(dirs, mib) for _ in range(3))

@@ -164,7 +164,8 @@ def _cases() -> list[Case]:
     flag("info", "--sample-rate", {"0": ABOVE_0, "-1": ABOVE_0, "abc": ABOVE_0, "1MHz": ABOVE_0, "inf": ABOVE_0, "nan": ABOVE_0})
 
     # -- record: the engine checks every option before the ring is allocated or the port bound
-    flag("record", "--port", {"99999": "0..65535", "-1": "0..65535", "abc": WHOLE})
+    flag("record", "--port", {"99999": "0..65535", "-1": "0..65535", "abc": WHOLE, "46227,x": "not a port",
+                              "46227@nowhere": "IP address", "5,5": "given twice"})
     c("record", "--port", "--port={busy_udp}", allowed="in use")
     flag("record", "--bind", {"not-an-address": "IP address", "": "IP address", "999.1.1.1": "IP address"})
     flag("record", "--bind", {"192.0.2.1": "address of this host"})

@@ -309,6 +309,62 @@ def test_split_by_thread_writes_one_exact_scan_per_thread(tmp_path: Path) -> Non
         assert rec.start_scan("kvn_scan1") == "kvn_scan1a"
 
 
+def test_two_ports_are_two_streams_each_exact(tmp_path: Path) -> None:
+    ds = disks(tmp_path, 2)
+    rec = vdifrec.Recorder(ports=[0, "0@127.0.0.1"], ring="64MiB", frame_size=FS, disks=[str(x) for x in ds], chunk_size="1MiB")
+    rec.start()
+    assert len(rec.addresses) == 2 and rec.addresses[0] != rec.addresses[1]
+    rec.start_scan("two")
+    drops = 0
+    for k, address in enumerate(rec.addresses):
+        vdifrec.send(address, frames=6000, fps=FPS, record_sent=tmp_path / f"s{k}.vdif", station=k + 1, **START)
+    for address in rec.addresses:
+        drops += delivered(address, 6000).kernel_drops
+    s = rec.stop_scan()
+    run = rec.stop()
+    data = frames_of(gather_vbs(ds, "two"))
+    station = np.ascontiguousarray(data[:, 12:16]).view("<u4")[:, 0] & 0xFFFF
+    lost = sum(len(left_out(frames_of(tmp_path / f"s{k}.vdif"), data[station == k + 1])) for k in range(2))
+    assert lost == drops == run.kernel_drops
+    assert s.frames == 12_000 - drops and s.invariant_holds and run.invariant_holds
+    assert [x["port"] for x in s.streams] == [a[1] for a in rec.addresses]
+    assert [x["port"] for x in run.streams] == [a[1] for a in rec.addresses]
+    assert run.frames_received == sum(x["frames_received"] for x in run.streams) == 12_000 - drops
+    # One row per stream per second.
+    for _, port in rec.addresses:
+        assert sorted(r.vdif_seconds for r in run.seconds if r.stream == port) == [2000]
+
+
+def test_status_and_metrics_name_each_stream() -> None:
+    import urllib.request
+
+    with vdifrec.Recorder(port="0,0", ring="64MiB", frame_size=FS, status_listen="127.0.0.1:0") as rec:
+        for k, address in enumerate(rec.addresses):
+            vdifrec.send(address, frames=1000 * (k + 1), fps=FPS, **START)
+        for k, address in enumerate(rec.addresses):
+            delivered(address, 1000 * (k + 1))
+        assert rec.status_address is not None
+        host, port = rec.status_address
+        status = json.loads(urllib.request.urlopen(f"http://{host}:{port}/status", timeout=5).read())
+        metrics = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5).read().decode()
+        stats = rec.stats()
+    streams = status["stats"]["streams"] if "stats" in status else status["streams"]
+    got = {x["port"]: x["frames_received"] + x["kernel_drops"] for x in streams}
+    assert got == {rec.addresses[0][1]: 1000, rec.addresses[1][1]: 2000}
+    assert stats.frames_received == sum(x["frames_received"] for x in stats.streams)
+    for x in streams:
+        assert f'vdifrec_stream_frames_received_total{{stream="{x["port"]}"}} {x["frames_received"]}' in metrics
+
+
+def test_several_streams_need_scans_or_monitoring(tmp_path: Path) -> None:
+    with pytest.raises(vdifrec.ArgumentError, match="^port: several streams are written as scans"):
+        vdifrec.Recorder(port="0,0", path=tmp_path / "x.vdif")
+    with pytest.raises(vdifrec.ArgumentError, match="^port: 46227 is given twice"):
+        vdifrec.Recorder(port="46227,46227")
+    with pytest.raises(vdifrec.ArgumentError, match="^ports: give port or ports"):
+        vdifrec.Recorder(port=5, ports=[6])
+
+
 def test_record_command_writes_a_scan(tmp_path: Path) -> None:
     ds = disks(tmp_path, 2)
     sent_file = tmp_path / "sent.vdif"

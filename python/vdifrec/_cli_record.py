@@ -29,7 +29,7 @@ from ._cli_args import (
 )
 from .recorder import Recorder, Sender
 from .reports import Summary
-from .table import HEADER, print_summary, row_line
+from .table import HEADER, STREAMS_HEADER, print_summary, row_line
 
 # How often the header line is repeated in a long table.
 HEADER_EVERY = 40
@@ -50,7 +50,7 @@ def add_record(sub: Any) -> None:
         "loss is reported, not an error), 1 otherwise, 2 on usage errors.",
     )
     # Each flag's dest is the engine's name for the option, so errors map back to the flag.
-    p.add_argument("--port", type=integer, required=True, help="UDP port (0: any free port)")
+    p.add_argument("--port", required=True, help="UDP port (0: any free port); several streams: 46227,46228, each may carry its address: 46227@10.0.1.1")
     p.add_argument("--bind", help=f"address to listen on (default {default('recorder', 'bind')}; 0.0.0.0 or the interface address to hear the network)")
     p.add_argument("--multicast", help="multicast group to join")
     out = p.add_mutually_exclusive_group()
@@ -167,6 +167,9 @@ def follow(rec: Recorder, duration: float | None, quiet: bool, out: Any = None, 
         notes_shown = len(notes)
 
     show_notes()
+    # Several streams: one line per stream per second, the port first.
+    several = len(rec.addresses) > 1
+    header = STREAMS_HEADER if several else HEADER
     print(f"listening on {rec.listening}", file=out, flush=True)
     if rec.status_address is not None:
         print(f"status on http://{rec.status_address[0]}:{rec.status_address[1]}/status and /metrics", file=out, flush=True)
@@ -181,8 +184,8 @@ def follow(rec: Recorder, duration: float | None, quiet: bool, out: Any = None, 
                 show_notes()
                 if not quiet:
                     if rows % HEADER_EVERY == 0:
-                        print(HEADER, file=out, flush=True)
-                    print(row_line(row), file=out, flush=True)
+                        print(header, file=out, flush=True)
+                    print(row_line(row, several), file=out, flush=True)
                 rows += 1
             show_notes()
             if rec.finished or (until_scan_ends and rec.scan is None):
@@ -204,8 +207,8 @@ def follow(rec: Recorder, duration: float | None, quiet: bool, out: Any = None, 
     for row in summary.seconds[rows:]:
         if not quiet:
             if rows % HEADER_EVERY == 0:
-                print(HEADER, file=out, flush=True)
-            print(row_line(row), file=out, flush=True)
+                print(header, file=out, flush=True)
+            print(row_line(row, several), file=out, flush=True)
         rows += 1
     return summary
 

@@ -80,7 +80,8 @@ _Size = int | str
 _Path = str | PathLike[str]
 
 class RecorderOptions(TypedDict, total=False):
-    port: int
+    port: int | str
+    ports: list[int | str]
     bind: str
     multicast: str | None
     path: _Path | None
@@ -165,6 +166,8 @@ class Recorder:
         """Checks every option (ArgumentError names a bad one); starts nothing."""
     def start(self) -> tuple[str, int]:
         """Allocates the ring, binds, starts the threads; the bound (host, port)."""
+    def addresses(self) -> list[tuple[str, int]]:
+        """Every stream's bound (host, port), in the order given."""
     @property
     def source(self) -> str | None:
         """Where the stream is taken from (``127.0.0.1:46227``, ``eth2:46227 (afpacket)``)."""

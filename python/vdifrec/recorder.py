@@ -66,8 +66,16 @@ class Recorder:
 
     Parameters
     ----------
-    port : int
-        UDP port (0: any free port; ``address`` then tells which).
+    port : int or str
+        UDP port (0: any free port; ``address`` then tells which). Several streams as text:
+        ``"46227,46228"``; a port may carry its own address, ``"46227@10.0.1.1"`` (hosts with
+        two NICs).
+    ports : list of int or str, optional
+        The same as a list: ``ports=[46227, "46228@10.0.2.1"]``. Each stream gets its own
+        capture thread and ring (``ring`` each), pinned where there are cores; several senders
+        into one port are one stream. Several streams are monitored or recorded as scans
+        (``disks``); the summary's counters are their sums and ``streams`` lists each; the
+        per-second rows say their ``stream`` (port). Views show the first stream.
     bind : str
         Address to listen on. ``"127.0.0.1"`` (default) hears only this host; give
         ``"0.0.0.0"`` or the 10 GbE interface's address to receive from the network.
@@ -165,6 +173,8 @@ class Recorder:
     def __init__(self, **options: Unpack[RecorderOptions]) -> None:
         self._core = _core.Recorder(plain_options(options))
         self.address: tuple[str, int] | None = None
+        #: Every stream's (host, port), in the order given (after ``start()``).
+        self.addresses: list[tuple[str, int]] = []
         self._rows_seen = 0
         self._summary: Summary | None = None
 
@@ -208,6 +218,7 @@ class Recorder:
         """Allocates, maps and locks the ring, then binds the socket; returns when both are ready."""
         host, port = self._core.start()
         self.address = (host, port)
+        self.addresses = self._core.addresses()
         return self
 
     @property

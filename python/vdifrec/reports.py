@@ -84,6 +84,8 @@ class SecondRow(_Record):
     def time(self) -> _dt.datetime:
         """UTC start of this second (epoch start + seconds, as used for keys)."""
         return _dt.datetime.fromtimestamp(self.unix_second, tz=_dt.timezone.utc)
+    stream: int = 0
+    """The stream (its port) this second is of."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +141,10 @@ class Stats(_Record):
     capture_cpu_s: float
     capture_setup_cpu_s: float
     error: str | None
+    streams: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """Each stream (``port``, ``frames_received``, ``frames_lost``, ``datagrams``,
+    ``datagrams_malformed``, ``kernel_drops``, ``ring_overflows``, ``ring_fill``); the counters
+    above are their sums."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +202,7 @@ class ScanSummary(_Record):
     bytes_headers: int
     files: list[FileRecord]
     disks: list[DiskRecord]
+    streams: list[dict[str, Any]]
     invariant_holds: bool
     error: str | None
     seconds: list[dict[str, Any]]
@@ -247,6 +254,8 @@ class Summary(_Record):
     bytes_outside_scans: int
     files: list[FileRecord]
     scans: list[ScanSummary]
+    streams: list[dict[str, Any]]
+    """Each stream (``port``, its counters, ``threads``); the counters above are their sums."""
     invariant_holds: bool
     error: str | None
     duration_s: float

@@ -17,10 +17,16 @@ HEADER = (
 )
 
 
-def row_line(r: SecondRow) -> str:
-    """One line of the table: VDIF seconds since the reference epoch, frames received/expected, ..."""
+#: The table of a recording of several streams: one line per stream per second.
+STREAMS_HEADER = f"{'Port':<5}  {HEADER}"
+
+
+def row_line(r: SecondRow, streams: bool = False) -> str:
+    """One line of the table: VDIF seconds since the reference epoch, frames received/expected, ...
+    With ``streams``, the line starts with the stream's port."""
     frames = f"{r.received}/{r.expected}"
-    return (
+    port = f"{r.stream:<5}  " if streams else ""
+    return port + (
         f"{r.vdif_seconds:<10}  {frames:>15}  {r.total_frames:>11}  {r.bytes_buffered:>15}  "
         f"{r.bytes_written:>15}  {r.lost:>11}  {r.out_of_order:>10}  {r.duplicates:>5}  {r.invalid:>7}  "
         f"{r.ring_overflow:>8}  {r.malformed:>9}  {r.kernel_drops:>10}"

@@ -55,6 +55,20 @@ impl PyRecorder {
         Ok((addr.ip().to_string(), addr.port()))
     }
 
+    /// Every stream's bound (host, port), in the order given (empty before start).
+    fn addresses(&self) -> Vec<(String, u16)> {
+        self.inner
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map_or_else(Vec::new, |r| {
+                r.local_addrs()
+                    .into_iter()
+                    .map(|a| (a.ip().to_string(), a.port()))
+                    .collect()
+            })
+    }
+
     /// Stops (drains the ring to disk) and returns the summary as JSON; again: the same one.
     fn stop(&self, py: Python<'_>) -> PyResult<Option<String>> {
         if let Some(s) = self.summary.lock().unwrap().clone() {

@@ -742,6 +742,17 @@ pub struct Totals {
     pub threads: u32,
 }
 
+impl Totals {
+    /// Adds another stream's totals (its threads are threads of their own).
+    pub fn merge(&mut self, o: &Totals) {
+        self.counts.add(&o.counts);
+        self.out_of_window += o.out_of_window;
+        self.late += o.late;
+        self.time_jumps += o.time_jumps;
+        self.threads += o.threads;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

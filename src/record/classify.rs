@@ -84,6 +84,15 @@ impl MalformedCounts {
     }
 }
 
+impl std::ops::AddAssign for MalformedCounts {
+    /// Counts of several streams together.
+    fn add_assign(&mut self, o: MalformedCounts) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a += b;
+        }
+    }
+}
+
 impl Serialize for MalformedCounts {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;

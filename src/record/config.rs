@@ -33,8 +33,11 @@ const MAX_CPU: i64 = 4095;
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RecorderOptions {
-    /// UDP port (0: any free port).
-    pub port: i64,
+    /// UDP port (0: any free port), or several as text: `46227,46228`, each may carry its own
+    /// address: `46227@10.0.1.1`.
+    pub port: PortOption,
+    /// The streams' ports as a list (instead of `port`): numbers or `PORT@ADDRESS` text.
+    pub ports: Vec<PortOption>,
     /// Address to listen on.
     pub bind: String,
     /// Multicast group to join.
@@ -103,7 +106,8 @@ pub struct RecorderOptions {
 impl Default for RecorderOptions {
     fn default() -> Self {
         RecorderOptions {
-            port: 0,
+            port: PortOption::Number(0),
+            ports: Vec::new(),
             bind: "127.0.0.1".into(),
             multicast: None,
             path: None,
@@ -138,6 +142,77 @@ impl Default for RecorderOptions {
             split: None,
         }
     }
+}
+
+/// A port as given: a number, or text (`46227`, `46227@10.0.1.1`, a list `46227,46228`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum PortOption {
+    Number(i64),
+    Text(String),
+}
+
+/// Where one stream arrives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamAddr {
+    pub bind: IpAddr,
+    pub port: u16,
+}
+
+/// Every stream the options name: `port` (one, or a comma-separated list) or `ports`; each
+/// on `bind` unless it names its own address (`PORT@ADDRESS`).
+fn stream_addrs(o: &RecorderOptions, bind: IpAddr) -> Result<Vec<StreamAddr>, ArgError> {
+    let (name, items): (&str, Vec<PortOption>) = if o.ports.is_empty() {
+        let items = match &o.port {
+            PortOption::Text(t) if t.contains(',') => t
+                .split(',')
+                .map(|x| PortOption::Text(x.trim().to_string()))
+                .collect(),
+            p => vec![p.clone()],
+        };
+        ("port", items)
+    } else {
+        if o.port != PortOption::Number(0) {
+            return Err(ArgError::new(
+                "ports",
+                "give port or ports, not both (ports lists every stream)",
+            ));
+        }
+        ("ports", o.ports.clone())
+    };
+    let hint = "0 picks a free port";
+    let mut out: Vec<StreamAddr> = Vec::new();
+    for item in items {
+        let (number, addr) = match item {
+            PortOption::Number(n) => (n, bind),
+            PortOption::Text(t) => {
+                let (p, a) = match t.split_once('@') {
+                    Some((p, a)) => (p, options::ip(name, a)?),
+                    None => (t.as_str(), bind),
+                };
+                let n = p.trim().parse::<i64>().map_err(|_| {
+                    ArgError::new(
+                        name,
+                        format!("{t:?} is not a port: give a whole number 0..65535, PORT@ADDRESS, or a list such as 46227,46228"),
+                    )
+                })?;
+                (n, a)
+            }
+        };
+        let port = in_range(name, number, 0, 65_535, hint)? as u16;
+        let s = StreamAddr { bind: addr, port };
+        if port != 0 && out.contains(&s) {
+            return Err(ArgError::new(
+                name,
+                format!("{port} is given twice: several senders into one port are one stream"),
+            ));
+        }
+        out.push(s);
+    }
+    if out.is_empty() {
+        return Err(ArgError::new(name, "no port given"));
+    }
+    Ok(out)
 }
 
 /// Which capture backend to use.
@@ -179,8 +254,11 @@ pub enum Target {
 /// Everything a recording needs to know, checked.
 #[derive(Clone, Debug)]
 pub struct RecorderConfig {
+    /// The first stream's address and port.
     pub bind: IpAddr,
     pub port: u16,
+    /// The other streams (each its own capture thread and ring), if several.
+    pub more_streams: Vec<StreamAddr>,
     pub multicast: Option<IpAddr>,
     /// None: monitor without writing.
     pub target: Option<Target>,
@@ -229,8 +307,10 @@ impl RecorderConfig {
     }
 
     fn build(o: &RecorderOptions, check_memory: bool) -> Result<RecorderConfig, ArgError> {
-        let port = in_range("port", o.port, 0, 65_535, "0 picks a free port")? as u16;
         let bind = options::ip("bind", &o.bind)?;
+        let mut streams = stream_addrs(o, bind)?;
+        let first = streams.remove(0);
+        let (bind, port) = (first.bind, first.port);
         let multicast = match &o.multicast {
             Some(m) => {
                 let group = options::ip("multicast", m)?;
@@ -289,6 +369,7 @@ impl RecorderConfig {
         let config = RecorderConfig {
             bind,
             port,
+            more_streams: streams,
             multicast,
             target,
             ring_bytes,
@@ -344,6 +425,20 @@ impl RecorderConfig {
             self.huge_pages,
             check_memory,
         )?;
+        if !self.more_streams.is_empty() {
+            let why = if self.backend != BackendKind::Udp {
+                Some("several streams are received with the udp backend")
+            } else if self.target.is_some() {
+                Some("several streams are written as scans (disks), not to path or directory")
+            } else if self.multicast.is_some() {
+                Some("a multicast group is joined for one stream")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(ArgError::new("port", why));
+            }
+        }
         if self.backend != BackendKind::Udp && self.port == 0 {
             return Err(ArgError::new(
                 "port",
@@ -631,7 +726,27 @@ mod tests {
     #[test]
     fn each_bad_option_is_named() {
         let name = |f: fn(&mut RecorderOptions)| with(f).unwrap_err().name;
-        assert_eq!(name(|o| o.port = 99_999), "port");
+        assert_eq!(name(|o| o.port = PortOption::Number(99_999)), "port");
+        assert_eq!(name(|o| o.port = PortOption::Text("1,x".into())), "port");
+        assert_eq!(
+            name(|o| o.port = PortOption::Text("1@nowhere".into())),
+            "port"
+        );
+        assert_eq!(name(|o| o.port = PortOption::Text("5,5".into())), "port");
+        assert_eq!(
+            name(|o| {
+                o.port = PortOption::Text("5,6".into());
+                o.path = Some("/x".into());
+            }),
+            "port"
+        );
+        assert_eq!(
+            name(|o| {
+                o.port = PortOption::Number(5);
+                o.ports = vec![PortOption::Number(6)];
+            }),
+            "ports"
+        );
         assert_eq!(name(|o| o.ring = Size::Text("100TiB".into())), "ring");
         assert_eq!(name(|o| o.ring = Size::bytes(1000)), "ring");
         assert_eq!(name(|o| o.psn = true), "psn");
@@ -694,6 +809,21 @@ mod tests {
             }),
             "disk_faults"
         );
+    }
+
+    #[test]
+    fn several_ports_each_with_an_address() {
+        let c = with(|o| o.port = PortOption::Text("46227, 46228@10.0.1.1".into())).unwrap();
+        assert_eq!((c.bind.to_string(), c.port), ("127.0.0.1".into(), 46227));
+        assert_eq!(
+            c.more_streams,
+            [StreamAddr {
+                bind: "10.0.1.1".parse().unwrap(),
+                port: 46228
+            }]
+        );
+        let c = with(|o| o.ports = vec![PortOption::Number(0), PortOption::Number(0)]).unwrap();
+        assert_eq!(c.more_streams.len(), 1);
     }
 
     #[test]

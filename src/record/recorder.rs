@@ -6,14 +6,17 @@ use crate::record::capture::afpacket::AfPacketBackend;
 use crate::record::capture::pfring::PfRingBackend;
 use crate::record::capture::udp::{UdpBackend, UdpConfig, UdpError};
 use crate::record::capture::{self, Backend, CaptureSetup};
-pub use crate::record::config::{BackendKind, RecorderConfig, RecorderOptions, Target};
+use crate::record::classify::MalformedCounts;
+pub use crate::record::config::{
+    BackendKind, PortOption, RecorderConfig, RecorderOptions, StreamAddr, Target,
+};
 use crate::record::ring::{RingError, RingMemory};
 use crate::record::scan::disks::DiskSet;
 use crate::record::scan::gate::{Gate, ScanPlan};
 use crate::record::scan::window::Window;
 use crate::record::scan::{ScanRequest, ScanSetup, ScanSummary};
 use crate::record::shared::Shared;
-use crate::record::stats::{FileRecord, Stats, StreamCounts, Summary};
+use crate::record::stats::{FileRecord, Stats, StreamCounts, StreamSummary, Summary};
 use crate::record::writer::{self, WriterConfig};
 use crate::vdif::layout::{self, Format};
 use std::net::SocketAddr;
@@ -319,17 +322,111 @@ fn open_backend(config: &RecorderConfig) -> Result<OpenedBackend, RecordError> {
     })
 }
 
-/// A running recording.
-pub struct Recorder {
+/// One stream of a recording: its capture thread, its ring (in `shared`), its address.
+struct StreamRun {
     shared: Arc<Shared>,
     capture: Option<JoinHandle<()>>,
+    local_addr: SocketAddr,
+}
+
+/// Allocates stream `addr`'s ring, opens its backend and starts its capture thread.
+fn start_stream(
+    config: &RecorderConfig,
+    addr: StreamAddr,
+    shared: Arc<Shared>,
+    cpu: Option<usize>,
+) -> Result<StreamRun, RecordError> {
+    // The ring is allocated, mapped and locked before the socket is bound: nothing that
+    // arrives can be lost to an allocation, and a machine without the memory says so now.
+    // Its pages are touched from the capture's CPU, so they lie on that CPU's NUMA node.
+    let memory = on_cpu(cpu, || {
+        RingMemory::new(
+            config.ring_bytes,
+            config.huge_pages,
+            config.mlock,
+            config.frame_size,
+        )
+    })?;
+    let has_writer = config.writes();
+    let memory = match config.frame_size {
+        Some(fs) => {
+            capture::install_ring(&shared, memory, fs, has_writer)?;
+            None
+        }
+        None => {
+            shared.note(format!(
+                "ring: {} allocated, laid out in slots when the first frame tells the frame size; {}",
+                crate::units::format_size(memory.bytes()),
+                memory.note()
+            ));
+            Some(memory)
+        }
+    };
+    let mut c = config.clone();
+    (c.bind, c.port) = (addr.bind, addr.port);
+    let OpenedBackend {
+        backend,
+        address: local_addr,
+        notes,
+    } = open_backend(&c)?;
+    shared.set_port(local_addr.port());
+    for n in notes {
+        shared.note(n);
+    }
+    let setup = CaptureSetup {
+        shared: shared.clone(),
+        memory,
+        frame_size: config.frame_size,
+        offset: config.offset,
+        psn: config.psn,
+        fps: config.fps,
+        stream: local_addr.port(),
+        has_writer,
+        cpu,
+        big_endian: config.big_endian,
+    };
+    let capture = std::thread::Builder::new()
+        .name("vdifrec-capture".into())
+        .spawn(move || {
+            crate::affinity::name_current("vdifrec-capture");
+            capture::run(backend, setup)
+        })
+        .map_err(RecordError::Thread)?;
+    Ok(StreamRun {
+        shared,
+        capture: Some(capture),
+        local_addr,
+    })
+}
+
+/// CPUs for the captures of streams after the first: free CPUs below the first capture's,
+/// when the machine has one for each besides the writers (fewer: the scheduler places them).
+fn more_capture_cpus(config: &RecorderConfig) -> Vec<Option<usize>> {
+    let n = config.more_streams.len();
+    let cpus: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .filter(|c| Some(*c) != config.capture_cpu && Some(*c) != config.writer_cpu)
+        .collect();
+    if config.capture_cpu.is_none() || cpus.len() < n + 2 {
+        return vec![None; n];
+    }
+    cpus.iter().rev().take(n).map(|c| Some(*c)).collect()
+}
+
+/// A running recording.
+pub struct Recorder {
+    /// The first stream's state (the views, the status, the rows of every stream).
+    shared: Arc<Shared>,
+    /// Every stream, the first included.
+    streams: Vec<StreamRun>,
     writer: Option<JoinHandle<()>>,
-    /// Scans: the gate that follows the ring, and the disks (None without disks).
+    /// Scans: the gate that follows the rings, and the disks (None without disks).
     gate: Option<Gate>,
     disks: Option<Arc<DiskSet>>,
     /// Scan names used in this run (a repeated name gets a suffix even before it is on disk).
     scan_names: Vec<String>,
-    local_addr: SocketAddr,
     config: RecorderConfig,
     started: Instant,
     summary: Option<Summary>,
@@ -337,8 +434,8 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Binds the socket, reserves the ring and starts the threads; returns once the socket
-    /// is bound and the ring memory is allocated.
+    /// Binds the sockets, reserves the rings and starts the threads; returns once every
+    /// socket is bound and every ring's memory is allocated.
     pub fn start(mut config: RecorderConfig) -> Result<Recorder, RecordError> {
         // A configuration made in Rust gets the same checks as one made from options.
         config.check(true)?;
@@ -351,6 +448,9 @@ impl Recorder {
             None => None,
         };
         let shared = Arc::new(Shared::new(config.writes()));
+        if let Some(m) = config.max_frames {
+            shared.limit_frames(m);
+        }
         for d in disks.iter().flat_map(|d| d.disks.iter()) {
             if !crate::record::scan::disks::is_mount_point(&d.path) {
                 shared.note(format!(
@@ -359,59 +459,34 @@ impl Recorder {
                 ));
             }
         }
-        // The ring is allocated, mapped and locked before the socket is bound: nothing that
-        // arrives can be lost to an allocation, and a machine without the memory says so now.
-        // Its pages are touched from the capture's CPU, so they lie on that CPU's NUMA node.
-        let memory = on_cpu(config.capture_cpu, || {
-            RingMemory::new(
-                config.ring_bytes,
-                config.huge_pages,
-                config.mlock,
-                config.frame_size,
-            )
-        })?;
-        let has_writer = config.writes();
-        let memory = match config.frame_size {
-            Some(fs) => {
-                capture::install_ring(&shared, memory, fs, has_writer)?;
-                None
-            }
-            None => {
-                shared.note(format!(
-                    "ring: {} allocated, laid out in slots when the first frame tells the frame size; {}",
-                    crate::units::format_size(memory.bytes()),
-                    memory.note()
-                ));
-                Some(memory)
-            }
+        let first = StreamAddr {
+            bind: config.bind,
+            port: config.port,
         };
-        let OpenedBackend {
-            backend,
-            address: local_addr,
-            notes,
-        } = open_backend(&config)?;
-        for n in notes {
-            shared.note(n);
+        let mut streams = vec![start_stream(
+            &config,
+            first,
+            shared.clone(),
+            config.capture_cpu,
+        )?];
+        let more = config.more_streams.clone();
+        for (addr, cpu) in more.into_iter().zip(more_capture_cpus(&config)) {
+            let sh = Arc::new(shared.another_stream());
+            match start_stream(&config, addr, sh, cpu) {
+                Ok(s) => streams.push(s),
+                Err(e) => {
+                    for s in &streams {
+                        s.shared.request_stop();
+                    }
+                    for s in &mut streams {
+                        if let Some(h) = s.capture.take() {
+                            let _ = h.join();
+                        }
+                    }
+                    return Err(e);
+                }
+            }
         }
-        let setup = CaptureSetup {
-            shared: shared.clone(),
-            memory,
-            frame_size: config.frame_size,
-            offset: config.offset,
-            psn: config.psn,
-            fps: config.fps,
-            max_frames: config.max_frames,
-            has_writer,
-            cpu: config.capture_cpu,
-            big_endian: config.big_endian,
-        };
-        let capture = std::thread::Builder::new()
-            .name("vdifrec-capture".into())
-            .spawn(move || {
-                crate::affinity::name_current("vdifrec-capture");
-                capture::run(backend, setup)
-            })
-            .map_err(RecordError::Thread)?;
         let writer = match &config.target {
             Some(target) => {
                 let wc = WriterConfig {
@@ -433,42 +508,50 @@ impl Recorder {
             None => None,
         };
         let gate = match &disks {
-            Some(d) => Some(
-                Gate::start(shared.clone(), d.clone(), config.big_endian)
-                    .map_err(RecordError::Thread)?,
-            ),
+            Some(d) => {
+                let inputs = streams
+                    .iter()
+                    .map(|s| (s.local_addr.port(), s.shared.clone()))
+                    .collect();
+                Some(
+                    Gate::start(inputs, d.clone(), config.big_endian)
+                        .map_err(RecordError::Thread)?,
+                )
+            }
             None => None,
         };
         let mut rec = Recorder {
             shared,
-            capture: Some(capture),
+            streams,
             writer,
             gate,
             disks,
             scan_names: Vec::new(),
-            local_addr,
             config,
             started: Instant::now(),
             summary: None,
             status: None,
         };
-        // The capture thread pins itself and says it is receiving; wait for it (bounded).
-        match rec.shared.wait_capture_ready(Duration::from_secs(30)) {
-            Some(true) => {}
-            Some(false) => {
-                let why = rec.shared.error().unwrap_or_default();
-                rec.stop();
-                return Err(RecordError::CaptureFailed(why));
-            }
-            None => {
-                rec.stop();
-                return Err(RecordError::CaptureFailed(
-                    "no answer from the capture thread within 30 s".into(),
-                ));
+        // Each capture thread pins itself and says it is receiving; wait for them (bounded).
+        for k in 0..rec.streams.len() {
+            let sh = rec.streams[k].shared.clone();
+            match sh.wait_capture_ready(Duration::from_secs(30)) {
+                Some(true) => {}
+                Some(false) => {
+                    let why = sh.error().unwrap_or_default();
+                    rec.stop();
+                    return Err(RecordError::CaptureFailed(why));
+                }
+                None => {
+                    rec.stop();
+                    return Err(RecordError::CaptureFailed(
+                        "no answer from the capture thread within 30 s".into(),
+                    ));
+                }
             }
         }
         if let Some(addr) = rec.config.status_listen {
-            match crate::record::status::StatusServer::start(addr, rec.shared.clone()) {
+            match crate::record::status::StatusServer::start(addr, rec.shareds()) {
                 Ok(server) => rec.status = Some(server),
                 Err(source) => {
                     rec.stop();
@@ -479,14 +562,26 @@ impl Recorder {
         Ok(rec)
     }
 
-    /// Where the stream is taken from, for the operator (`127.0.0.1:46227`, or
-    /// `eth2:46227 (afpacket)` for the raw backends).
+    /// Where the streams are taken from, for the operator (`127.0.0.1:46227`, or
+    /// `eth2:46227 (afpacket)` for the raw backends; several joined by commas).
     pub fn source(&self) -> String {
-        self.config.source(self.local_addr.port())
+        let mut out = Vec::new();
+        for s in &self.streams {
+            let mut c = self.config.clone();
+            c.bind = s.local_addr.ip();
+            out.push(c.source(s.local_addr.port()));
+        }
+        out.join(", ")
     }
 
+    /// The first stream's address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.streams[0].local_addr
+    }
+
+    /// Every stream's address, in the order given.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.streams.iter().map(|s| s.local_addr).collect()
     }
 
     /// Where GET /status and /metrics are served, if they are.
@@ -502,22 +597,39 @@ impl Recorder {
         self.shared.ring()
     }
 
+    /// What the recorder reported about its set-up; a stream after the first says which.
     pub fn notes(&self) -> Vec<String> {
-        self.shared.notes()
+        let mut notes = self.shared.notes();
+        for s in &self.streams[1..] {
+            let port = s.local_addr.port();
+            notes.extend(
+                s.shared
+                    .notes()
+                    .into_iter()
+                    .map(|n| format!("port {port}: {n}")),
+            );
+        }
+        notes
     }
 
     /// The capture has ended by itself: `max_frames` reached, or a failure (disk full).
     pub fn finished(&self) -> bool {
-        self.shared.finished()
+        self.streams.iter().any(|s| s.shared.failed())
+            || self.streams.iter().all(|s| s.shared.finished())
     }
 
+    /// The first failure of any stream.
     pub fn error(&self) -> Option<String> {
-        self.shared.error()
+        self.streams.iter().find_map(|s| s.shared.error())
     }
 
     /// A snapshot of every counter now.
     pub fn stats(&self) -> Stats {
-        self.shared.stats()
+        crate::record::shared::stats_of(&self.shareds())
+    }
+
+    fn shareds(&self) -> Vec<Arc<Shared>> {
+        self.streams.iter().map(|s| s.shared.clone()).collect()
     }
 
     /// The state the threads share: rows, counters, flags (for waiting without the recorder).
@@ -531,16 +643,20 @@ impl Recorder {
         if let Some(s) = &self.summary {
             return s.clone();
         }
-        self.shared.request_stop();
-        if let Some(h) = self.capture.take() {
-            if h.join().is_err() {
-                self.shared.fail(
-                    "the capture thread stopped unexpectedly (a bug: please report it)".into(),
-                );
-            }
+        for s in &self.streams {
+            s.shared.request_stop();
         }
-        // A capture that never started still counts as done for the writer.
-        self.shared.set_capture_done();
+        for s in &mut self.streams {
+            if let Some(h) = s.capture.take() {
+                if h.join().is_err() {
+                    s.shared.fail(
+                        "the capture thread stopped unexpectedly (a bug: please report it)".into(),
+                    );
+                }
+            }
+            // A capture that never started still counts as done for the writer.
+            s.shared.set_capture_done();
+        }
         if let Some(g) = &mut self.gate {
             // A running scan is closed and written out first.
             g.join();
@@ -673,11 +789,44 @@ impl Recorder {
     }
 
     fn summarise(&self) -> Summary {
-        let c = self.shared.capture_stats();
-        let t = &c.totals;
+        // Each stream, then their sums.
+        let mut streams = Vec::new();
+        let mut malformed = MalformedCounts::default();
+        let mut counts = StreamCounts::default();
+        let (mut psn_lost, mut psn_ooo, mut capture_cpu_s) = (0u64, 0u64, 0f64);
+        let mut threads_all = Vec::new();
+        for s in &self.streams {
+            let c = s.shared.capture_stats();
+            let (threads, _) = s.shared.thread_totals();
+            let sc = StreamCounts::from(&c.totals);
+            counts += sc;
+            malformed += c.malformed;
+            psn_lost += c.psn_lost;
+            psn_ooo += c.psn_out_of_order;
+            capture_cpu_s += c.capture_cpu_s;
+            threads_all.extend(threads.iter().cloned());
+            streams.push(StreamSummary {
+                port: s.local_addr.port(),
+                frames_received: c.frames_received,
+                counts: sc,
+                frames_lost_network: c.totals.counts.lost.saturating_sub(c.kernel_drops),
+                datagrams: c.datagrams,
+                datagrams_malformed: c.malformed.total(),
+                kernel_drops: c.kernel_drops,
+                ring_overflows: c.ring_overflows,
+                frame_size: c.frame_size,
+                frames_per_second: c.frames_per_second,
+                bytes_buffered: c.frames_received * c.frame_size as u64,
+                capture_cpu_s: c.capture_cpu_s,
+                threads,
+            });
+        }
+        let sum = |f: fn(&StreamSummary) -> u64| streams.iter().map(f).sum::<u64>();
+        let frames_received = sum(|s| s.frames_received);
+        let bytes_buffered = sum(|s| s.bytes_buffered);
+        let kernel_drops = sum(|s| s.kernel_drops);
+        let first = self.shared.capture_stats();
         let files = self.shared.files();
-        let fs = c.frame_size as u64;
-        let bytes_buffered = c.frames_received * fs;
         let bytes_written = self.shared.bytes_written();
         let (bytes_written, bytes_dropped_disk) = if self.config.target.is_some() {
             (bytes_written, bytes_buffered.saturating_sub(bytes_written))
@@ -702,7 +851,7 @@ impl Recorder {
             || (bytes_buffered == bytes_written + bytes_dropped_disk + bytes_outside_scans
                 && bytes_written + headers == file_sum
                 && scans.iter().all(|s| s.invariant_holds));
-        let (threads, gaps) = self.shared.thread_totals();
+        let (_, gaps) = self.shared.thread_totals();
         let mut error = self.error();
         if error.is_none() {
             error = scans
@@ -715,30 +864,31 @@ impl Recorder {
             ));
         }
         Summary {
-            frames_received: c.frames_received,
-            counts: StreamCounts::from(t),
-            frames_lost_network: t.counts.lost.saturating_sub(c.kernel_drops),
-            datagrams: c.datagrams,
-            datagrams_malformed: c.malformed.total(),
-            datagrams_malformed_by_kind: c.malformed,
-            kernel_drops: c.kernel_drops,
-            ring_overflows: c.ring_overflows,
-            psn_lost: self.config.psn.then_some(c.psn_lost),
-            psn_out_of_order: self.config.psn.then_some(c.psn_out_of_order),
-            frame_size: c.frame_size,
-            frames_per_second: c.frames_per_second,
+            frames_received,
+            counts,
+            frames_lost_network: counts.frames_lost.saturating_sub(kernel_drops),
+            datagrams: sum(|s| s.datagrams),
+            datagrams_malformed: malformed.total(),
+            datagrams_malformed_by_kind: malformed,
+            kernel_drops,
+            ring_overflows: sum(|s| s.ring_overflows),
+            psn_lost: self.config.psn.then_some(psn_lost),
+            psn_out_of_order: self.config.psn.then_some(psn_ooo),
+            frame_size: first.frame_size,
+            frames_per_second: first.frames_per_second,
             bytes_buffered,
             bytes_written,
             bytes_dropped_disk,
             bytes_outside_scans,
             files,
             scans,
+            streams,
             invariant_holds,
             error,
             duration_s: self.started.elapsed().as_secs_f64(),
-            capture_cpu_s: c.capture_cpu_s,
+            capture_cpu_s,
             writer_cpu_s: self.shared.writer_cpu_s(),
-            threads,
+            threads: threads_all,
             gaps,
             seconds: self.shared.rows(),
             notes: self.notes(),
@@ -1040,6 +1190,118 @@ mod tests {
             assert_eq!(gather_vbs(&ds, &d.name).0, want, "thread {t}");
             assert_eq!(d.frames, 1000);
         }
+    }
+
+    #[test]
+    fn two_ports_are_two_streams_in_one_scan() {
+        let ds = disks("ports", 2);
+        let mut rec = Recorder::start(RecorderConfig {
+            ring_bytes: 16 << 20,
+            frame_size: Some(8224),
+            fps: Some(2000),
+            more_streams: vec![StreamAddr {
+                bind: "127.0.0.1".parse().unwrap(),
+                port: 0,
+            }],
+            scans: Some(ScanSetup {
+                disks: ds.clone(),
+                format: Format::Vbs,
+                chunk_bytes: Some(1 << 20),
+                writers: Some(2),
+                faults: Vec::new(),
+                direct: true,
+                split: None,
+            }),
+            ..Default::default()
+        })
+        .unwrap();
+        let addrs = rec.local_addrs();
+        assert_eq!(addrs.len(), 2);
+        assert_ne!(addrs[0].port(), addrs[1].port());
+        rec.start_scan(ScanRequest {
+            name: "two".into(),
+            start: None,
+            stop: None,
+        })
+        .unwrap();
+        let root = ds[0].parent().unwrap().to_path_buf();
+        let mut senders = Vec::new();
+        for (k, a) in addrs.iter().enumerate() {
+            let mut cfg = SendConfig::new(
+                *a,
+                SignalSpec {
+                    station: k as u16 + 1,
+                    ..spec()
+                },
+            );
+            cfg.frames = Some(3000);
+            cfg.record_sent = Some(root.join(format!("sent{k}.vdif")));
+            senders.push(Sender::start(cfg).unwrap());
+        }
+        for mut s in senders {
+            s.wait(Some(Duration::from_secs(30))).unwrap().unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while rec.stats().capture.frames_received < 6000 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let s = rec.stop_scan().unwrap();
+        assert!(s.invariant_holds, "{s:#?}");
+        assert_eq!(s.frames, 6000);
+        assert_eq!(s.streams.len(), 2);
+        assert!(s.streams.iter().all(|x| x.frames == 3000));
+        // The scan holds each stream exactly, in its order.
+        let (data, _) = gather_vbs(&ds, "two");
+        for k in 0..2u32 {
+            let mine: Vec<u8> = data
+                .chunks(8224)
+                .filter(|f| Header::parse(f).unwrap().station_id() == k + 1)
+                .flatten()
+                .copied()
+                .collect();
+            assert_eq!(
+                mine,
+                std::fs::read(root.join(format!("sent{k}.vdif"))).unwrap()
+            );
+        }
+        let run = rec.stop();
+        assert!(run.invariant_holds && run.ok, "{run:#?}");
+        assert_eq!(run.frames_received, 6000);
+        assert_eq!(run.streams.len(), 2);
+        assert_eq!(run.streams[1].port, addrs[1].port());
+        let rows_per_stream = |p: u16| run.seconds.iter().filter(|r| r.stream == p).count();
+        assert_eq!(rows_per_stream(addrs[0].port()), 2);
+        assert_eq!(rows_per_stream(addrs[1].port()), 2);
+    }
+
+    #[test]
+    fn a_frame_limit_counts_every_stream() {
+        let mut rec = Recorder::start(RecorderConfig {
+            ring_bytes: 16 << 20,
+            frame_size: Some(8224),
+            more_streams: vec![StreamAddr {
+                bind: "127.0.0.1".parse().unwrap(),
+                port: 0,
+            }],
+            max_frames: Some(2500),
+            ..Default::default()
+        })
+        .unwrap();
+        let mut senders = Vec::new();
+        for a in rec.local_addrs() {
+            let mut cfg = SendConfig::new(a, spec());
+            cfg.frames = Some(2000);
+            senders.push(Sender::start(cfg).unwrap());
+        }
+        for mut s in senders {
+            s.wait(Some(Duration::from_secs(30))).unwrap().unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !rec.finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let run = rec.stop();
+        assert_eq!(run.frames_received, 2500, "{:?}", run.streams);
     }
 
     #[test]

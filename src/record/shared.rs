@@ -42,7 +42,20 @@ impl Latch {
     }
 }
 
-/// State shared by the recorder, the capture thread, the writer thread and the status server.
+/// What every stream of a recording shares: the per-second rows (of all streams, in the
+/// order they complete) and the frames all streams together may still buffer.
+struct Common {
+    rows: Mutex<Vec<RecordRow>>,
+    rows_cv: Condvar,
+    /// Frames the streams may still take for batches, together (`u64::MAX`: no limit).
+    frames_left: AtomicU64,
+    /// The limit, and the frames the streams have buffered under it.
+    frames_limit: AtomicU64,
+    frames_buffered: AtomicU64,
+}
+
+/// State shared by the recorder, the capture thread, the writer thread and the status server
+/// (one per stream; the streams of a recording share their rows and frame limit).
 pub struct Shared {
     stop: AtomicBool,
     capture_done: AtomicBool,
@@ -50,8 +63,7 @@ pub struct Shared {
     bytes_written: AtomicU64,
     ring: OnceLock<Arc<Ring>>,
     capture: Mutex<CaptureStats>,
-    rows: Mutex<Vec<RecordRow>>,
-    rows_cv: Condvar,
+    common: Arc<Common>,
     /// The file being written (set when it opens and closes) and its size (every write).
     current_file: Mutex<Option<String>>,
     current_file_bytes: AtomicU64,
@@ -67,10 +79,52 @@ pub struct Shared {
     started: Instant,
     started_unix: f64,
     stopped: AtomicBool,
+    /// The stream's port, once bound.
+    port: OnceLock<u16>,
+}
+
+/// A snapshot of every stream of a recording: the first's, with the others' counters added
+/// and each listed in `streams`.
+pub fn stats_of(streams: &[Arc<Shared>]) -> Stats {
+    let mut st = streams[0].stats();
+    let mut each = vec![crate::record::stats::StreamStats::of(
+        streams[0].port(),
+        &st,
+    )];
+    for s in &streams[1..] {
+        let o = s.stats();
+        each.push(crate::record::stats::StreamStats::of(s.port(), &o));
+        st.capture.merge(&o.capture);
+        st.bytes_buffered += o.bytes_buffered;
+        st.ring_frames += o.ring_frames;
+        st.ring_slots += o.ring_slots;
+        st.error = st.error.or(o.error);
+    }
+    if st.ring_slots > 0 {
+        st.ring_fill = st.ring_frames as f64 / st.ring_slots as f64;
+    }
+    st.streams = each;
+    st
 }
 
 impl Shared {
     pub fn new(has_writer: bool) -> Shared {
+        let common = Arc::new(Common {
+            rows: Mutex::new(Vec::new()),
+            rows_cv: Condvar::new(),
+            frames_left: AtomicU64::new(u64::MAX),
+            frames_limit: AtomicU64::new(u64::MAX),
+            frames_buffered: AtomicU64::new(0),
+        });
+        Shared::with_common(has_writer, common)
+    }
+
+    /// Another stream of the same recording: its rows and frame limit are `first`'s.
+    pub fn another_stream(&self) -> Shared {
+        Shared::with_common(self.has_writer, self.common.clone())
+    }
+
+    fn with_common(has_writer: bool, common: Arc<Common>) -> Shared {
         Shared {
             stop: AtomicBool::new(false),
             capture_done: AtomicBool::new(false),
@@ -78,8 +132,7 @@ impl Shared {
             bytes_written: AtomicU64::new(0),
             ring: OnceLock::new(),
             capture: Mutex::new(CaptureStats::default()),
-            rows: Mutex::new(Vec::new()),
-            rows_cv: Condvar::new(),
+            common,
             current_file: Mutex::new(None),
             current_file_bytes: AtomicU64::new(0),
             files: Mutex::new(Vec::new()),
@@ -94,6 +147,7 @@ impl Shared {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
             stopped: AtomicBool::new(false),
+            port: OnceLock::new(),
         }
     }
 
@@ -110,7 +164,7 @@ impl Shared {
     /// The capture has ended: what is in the ring now is all there will be.
     pub fn set_capture_done(&self) {
         self.capture_done.store(true, Ordering::Release);
-        self.rows_cv.notify_all();
+        self.common.rows_cv.notify_all();
     }
     pub fn capture_done(&self) -> bool {
         self.capture_done.load(Ordering::Acquire)
@@ -138,7 +192,7 @@ impl Shared {
         }
         self.failed.store(true, Ordering::Release);
         self.stop.store(true, Ordering::Release);
-        self.rows_cv.notify_all();
+        self.common.rows_cv.notify_all();
     }
     pub fn failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
@@ -162,6 +216,51 @@ impl Shared {
         let _ = self.ring.set(ring);
     }
 
+    // -- the frame limit (all streams together) -----------------------------------------
+
+    /// Limits the frames all streams together may buffer.
+    pub fn limit_frames(&self, n: u64) {
+        self.common.frames_left.store(n, Ordering::Release);
+        self.common.frames_limit.store(n, Ordering::Release);
+    }
+    /// Takes up to `want` frames of the limit for a batch (0: none left).
+    pub fn grant_frames(&self, want: u64) -> u64 {
+        let mut granted = 0;
+        let _ = self
+            .common
+            .frames_left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                if left == u64::MAX {
+                    granted = want;
+                    return None;
+                }
+                granted = want.min(left);
+                Some(left - granted)
+            });
+        granted
+    }
+    /// A batch buffered `used` of the `granted` frames; the rest goes back.
+    pub fn settle_frames(&self, granted: u64, used: u64) {
+        self.common
+            .frames_buffered
+            .fetch_add(used, Ordering::AcqRel);
+        let n = granted - used;
+        if n > 0 {
+            let _ =
+                self.common
+                    .frames_left
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                        (left != u64::MAX).then(|| left + n)
+                    });
+        }
+    }
+    /// Whether the streams together have not yet buffered the limit (a stream whose batch
+    /// finds none left for now waits: another may give frames back).
+    pub fn frames_left(&self) -> bool {
+        self.common.frames_buffered.load(Ordering::Acquire)
+            < self.common.frames_limit.load(Ordering::Acquire)
+    }
+
     // -- what the threads report ------------------------------------------------------
 
     pub fn note(&self, text: String) {
@@ -183,22 +282,23 @@ impl Shared {
     }
 
     pub fn push_rows(&self, rows: Vec<RecordRow>) {
-        self.rows.lock().unwrap().extend(rows);
-        self.rows_cv.notify_all();
+        self.common.rows.lock().unwrap().extend(rows);
+        self.common.rows_cv.notify_all();
     }
     /// Every completed second so far.
     pub fn rows(&self) -> Vec<RecordRow> {
-        self.rows.lock().unwrap().clone()
+        self.common.rows.lock().unwrap().clone()
     }
     /// The newest completed second, if any.
     pub fn last_row(&self) -> Option<RecordRow> {
-        self.rows.lock().unwrap().last().cloned()
+        self.common.rows.lock().unwrap().last().cloned()
     }
     /// Waits up to `timeout` for a row beyond `from`; returns the new rows (maybe none). Returns
     /// at once when the capture has ended.
     pub fn wait_rows(&self, from: usize, timeout: Duration) -> Vec<RecordRow> {
-        let rows = self.rows.lock().unwrap();
+        let rows = self.common.rows.lock().unwrap();
         let (rows, _) = self
+            .common
             .rows_cv
             .wait_timeout_while(rows, timeout, |r| r.len() <= from && !self.finished())
             .unwrap();
@@ -246,6 +346,14 @@ impl Shared {
 
     // -- snapshots --------------------------------------------------------------------
 
+    /// The stream's port (set once it is bound; 0 before).
+    pub fn set_port(&self, port: u16) {
+        let _ = self.port.set(port);
+    }
+    pub fn port(&self) -> u16 {
+        self.port.get().copied().unwrap_or(0)
+    }
+
     /// POSIX time the recording started.
     pub fn started_unix(&self) -> f64 {
         self.started_unix
@@ -288,6 +396,7 @@ impl Shared {
             files_closed: self.files.lock().unwrap().len(),
             error: self.error(),
             capture,
+            streams: Vec::new(),
         }
     }
 }

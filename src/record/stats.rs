@@ -46,6 +46,29 @@ pub struct CaptureStats {
     pub capture_setup_cpu_s: f64,
 }
 
+impl CaptureStats {
+    /// Adds another stream's counters: the live statistics of a recording of several streams.
+    pub fn merge(&mut self, o: &CaptureStats) {
+        self.datagrams += o.datagrams;
+        self.bytes_received += o.bytes_received;
+        self.frames_received += o.frames_received;
+        self.malformed += o.malformed;
+        self.kernel_drops += o.kernel_drops;
+        self.ring_overflows += o.ring_overflows;
+        self.psn_lost += o.psn_lost;
+        self.psn_out_of_order += o.psn_out_of_order;
+        self.totals.merge(&o.totals);
+        self.socket_errors += o.socket_errors;
+        self.capture_cpu_s += o.capture_cpu_s;
+        self.capture_setup_cpu_s += o.capture_setup_cpu_s;
+        self.seconds_since_datagram = match (self.seconds_since_datagram, o.seconds_since_datagram)
+        {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
 /// The stream's counts (see `accounting`) under the names users see: one mapping, shared by
 /// the summary and the live statistics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -57,6 +80,19 @@ pub struct StreamCounts {
     pub frames_out_of_window: u64,
     pub frames_late: u64,
     pub time_jumps: u64,
+}
+
+impl std::ops::AddAssign for StreamCounts {
+    /// Counts of several streams together.
+    fn add_assign(&mut self, o: StreamCounts) {
+        self.frames_lost += o.frames_lost;
+        self.frames_out_of_order += o.frames_out_of_order;
+        self.frames_duplicate += o.frames_duplicate;
+        self.frames_invalid += o.frames_invalid;
+        self.frames_out_of_window += o.frames_out_of_window;
+        self.frames_late += o.frames_late;
+        self.time_jumps += o.time_jumps;
+    }
 }
 
 impl From<&Totals> for StreamCounts {
@@ -76,6 +112,8 @@ impl From<&Totals> for StreamCounts {
 /// One completed VDIF second, with the recording's counters when it completed.
 #[derive(Clone, Debug, Serialize)]
 pub struct RecordRow {
+    /// The stream (its port) this second is of.
+    pub stream: u16,
     #[serde(flatten)]
     pub second: SecondRow,
     /// Frames buffered since the start.
@@ -95,6 +133,25 @@ pub struct RecordRow {
 pub struct FileRecord {
     pub path: String,
     pub bytes: u64,
+}
+
+/// One stream of a recording (one per port) at its end.
+#[derive(Clone, Debug, Serialize)]
+pub struct StreamSummary {
+    pub port: u16,
+    pub frames_received: u64,
+    #[serde(flatten)]
+    pub counts: StreamCounts,
+    pub frames_lost_network: u64,
+    pub datagrams: u64,
+    pub datagrams_malformed: u64,
+    pub kernel_drops: u64,
+    pub ring_overflows: u64,
+    pub frame_size: usize,
+    pub frames_per_second: u32,
+    pub bytes_buffered: u64,
+    pub capture_cpu_s: f64,
+    pub threads: Vec<ThreadTotals>,
 }
 
 /// The end of a recording: every counter, the files, the rows. Serialised as Python and
@@ -123,6 +180,8 @@ pub struct Summary {
     pub files: Vec<FileRecord>,
     /// Every scan of the run, in order (with disks).
     pub scans: Vec<crate::record::scan::ScanSummary>,
+    /// Each stream (port); the counters above are their sums.
+    pub streams: Vec<StreamSummary>,
     /// bytes_buffered == bytes_written + bytes_dropped_disk + bytes_outside_scans, and the
     /// files' sizes add up to bytes_written (plus the Mark6 headers of mk6 scans).
     pub invariant_holds: bool,
@@ -173,6 +232,36 @@ pub struct Stats {
     pub current_file_bytes: u64,
     pub files_closed: usize,
     pub error: Option<String>,
+    /// Each stream (port) of the recording; the counters above are their sums.
+    pub streams: Vec<StreamStats>,
+}
+
+/// One stream's live counters (`/status` `streams`, `/metrics` with a `stream` label).
+#[derive(Clone, Debug, Serialize)]
+pub struct StreamStats {
+    pub port: u16,
+    pub frames_received: u64,
+    pub frames_lost: u64,
+    pub datagrams: u64,
+    pub datagrams_malformed: u64,
+    pub kernel_drops: u64,
+    pub ring_overflows: u64,
+    pub ring_fill: f64,
+}
+
+impl StreamStats {
+    pub fn of(port: u16, s: &Stats) -> StreamStats {
+        StreamStats {
+            port,
+            frames_received: s.capture.frames_received,
+            frames_lost: s.capture.totals.counts.lost,
+            datagrams: s.capture.datagrams,
+            datagrams_malformed: s.capture.malformed.total(),
+            kernel_drops: s.capture.kernel_drops,
+            ring_overflows: s.capture.ring_overflows,
+            ring_fill: s.ring_fill,
+        }
+    }
 }
 
 impl Serialize for Stats {
@@ -211,6 +300,7 @@ impl Serialize for Stats {
             capture_cpu_s: c.capture_cpu_s,
             capture_setup_cpu_s: c.capture_setup_cpu_s,
             error: &self.error,
+            streams: &self.streams,
         }
         .serialize(s)
     }
@@ -251,4 +341,5 @@ struct StatsShape<'a> {
     capture_cpu_s: f64,
     capture_setup_cpu_s: f64,
     error: &'a Option<String>,
+    streams: &'a [StreamStats],
 }

@@ -6,7 +6,7 @@
 //! request per connection, bounded reads and timeouts, so a slow or hostile client costs at
 //! most a second of status, never a frame.
 
-use crate::record::shared::Shared;
+use crate::record::shared::{stats_of, Shared};
 use crate::record::stats::Stats;
 use crate::vdif::time::{utc_unix, VdifTime};
 use serde::Serialize;
@@ -54,7 +54,8 @@ pub struct StatusServer {
 }
 
 impl StatusServer {
-    pub fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<StatusServer> {
+    /// Serves the streams' state (the first stream's times and rows, every stream's counters).
+    pub fn start(addr: SocketAddr, shared: Vec<Arc<Shared>>) -> std::io::Result<StatusServer> {
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let local = listener.local_addr()?;
@@ -80,7 +81,7 @@ impl Drop for StatusServer {
     }
 }
 
-fn serve(listener: TcpListener, shared: Arc<Shared>, stop: &AtomicBool) {
+fn serve(listener: TcpListener, shared: Vec<Arc<Shared>>, stop: &AtomicBool) {
     crate::affinity::name_current("vdifrec-status");
     let samples: Mutex<Vec<(Instant, u64, u64, u64)>> = Mutex::new(Vec::new());
     let mut last_sample = Instant::now() - SAMPLE_EVERY;
@@ -102,8 +103,8 @@ fn serve(listener: TcpListener, shared: Arc<Shared>, stop: &AtomicBool) {
     }
 }
 
-fn sample(shared: &Shared, samples: &Mutex<Vec<(Instant, u64, u64, u64)>>) {
-    let s = shared.stats();
+fn sample(shared: &[Arc<Shared>], samples: &Mutex<Vec<(Instant, u64, u64, u64)>>) {
+    let s = stats_of(shared);
     let mut v = samples.lock().unwrap();
     v.push((
         Instant::now(),
@@ -134,7 +135,7 @@ fn rates(samples: &Mutex<Vec<(Instant, u64, u64, u64)>>) -> Rates {
     }
 }
 
-fn handle(mut stream: TcpStream, shared: &Shared, rates: Rates) -> std::io::Result<()> {
+fn handle(mut stream: TcpStream, shared: &[Arc<Shared>], rates: Rates) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(1)))?;
     stream.set_write_timeout(Some(Duration::from_secs(1)))?;
@@ -197,8 +198,9 @@ fn iso(unix: f64) -> String {
 }
 
 /// The JSON document of `GET /status`.
-pub fn status_json(shared: &Shared, rates: Rates) -> String {
-    let stats = shared.stats();
+pub fn status_json(streams: &[Arc<Shared>], rates: Rates) -> String {
+    let shared = &streams[0];
+    let stats = stats_of(streams);
     let vdif_time = stats.capture.latest_frame.map(|f| {
         let fps = stats.capture.frames_per_second.max(1) as f64;
         iso(utc_unix(f.ref_epoch, f.seconds) as f64 + f.frame_nr as f64 / fps)
@@ -218,9 +220,15 @@ pub fn status_json(shared: &Shared, rates: Rates) -> String {
     serde_json::to_string(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
+/// Samples with owned labels as `metric` takes them.
+fn labelled(v: &[(String, f64)]) -> Vec<(&str, f64)> {
+    v.iter().map(|(l, x)| (l.as_str(), *x)).collect()
+}
+
 /// The Prometheus text exposition of `GET /metrics`.
-pub fn metrics(shared: &Shared) -> String {
-    let s = shared.stats();
+pub fn metrics(streams: &[Arc<Shared>]) -> String {
+    let shared = &streams[0];
+    let s = stats_of(streams);
     let c = &s.capture;
     let t = &c.totals.counts;
     let mut out = String::new();
@@ -297,6 +305,48 @@ pub fn metrics(shared: &Shared) -> String {
         "counter",
         "Bytes written to disk.",
         &[("", s.bytes_written as f64)],
+    );
+    // Each stream, labelled by its port (the counters above are their sums).
+    let per_stream = |f: fn(&crate::record::stats::StreamStats) -> f64| -> Vec<(String, f64)> {
+        s.streams
+            .iter()
+            .map(|x| (format!("{{stream=\"{}\"}}", x.port), f(x)))
+            .collect()
+    };
+    let received = per_stream(|x| x.frames_received as f64);
+    metric(
+        "vdifrec_stream_frames_received_total",
+        "counter",
+        "VDIF frames buffered, per stream (port).",
+        &labelled(&received),
+    );
+    let lost = per_stream(|x| x.frames_lost as f64);
+    metric(
+        "vdifrec_stream_frames_lost_total",
+        "counter",
+        "Frames missing from the sequence, per stream (port).",
+        &labelled(&lost),
+    );
+    let drops = per_stream(|x| x.kernel_drops as f64);
+    metric(
+        "vdifrec_stream_kernel_drops_total",
+        "counter",
+        "Datagrams the kernel dropped, per stream (port).",
+        &labelled(&drops),
+    );
+    let overflows = per_stream(|x| x.ring_overflows as f64);
+    metric(
+        "vdifrec_stream_ring_overflows_total",
+        "counter",
+        "Frames dropped because the stream's ring was full, per stream (port).",
+        &labelled(&overflows),
+    );
+    let fill = per_stream(|x| x.ring_fill);
+    metric(
+        "vdifrec_stream_ring_fill_ratio",
+        "gauge",
+        "Fraction of the stream's ring holding frames not yet on disk, per stream (port).",
+        &labelled(&fill),
     );
     metric(
         "vdifrec_ring_fill_ratio",

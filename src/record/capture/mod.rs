@@ -79,7 +79,8 @@ pub struct CaptureSetup {
     pub offset: usize,
     pub psn: bool,
     pub fps: Option<u32>,
-    pub max_frames: Option<u64>,
+    /// The stream's port, as its per-second rows name it.
+    pub stream: u16,
     pub has_writer: bool,
     /// CPU to pin the capture thread to.
     pub cpu: Option<usize>,
@@ -103,6 +104,8 @@ struct Batch {
     /// Into reserved ring slots (else a scratch buffer: the ring is full or the frame size
     /// still unknown).
     into_ring: bool,
+    /// Frames of the recording's limit taken for this batch (what is not buffered goes back).
+    granted: u64,
 }
 
 /// The capture loop's state: set up before the first datagram, nothing allocated after.
@@ -122,7 +125,7 @@ struct Capture {
     last_publish: Instant,
 }
 
-/// Runs the capture until the stop flag is set (or `max_frames` are buffered).
+/// Runs the capture until the stop flag is set (or the recording's frame limit is reached).
 pub fn run(backend: Box<dyn Backend>, setup: CaptureSetup) {
     let shared = setup.shared.clone();
     if let Some(cpu) = setup.cpu {
@@ -133,15 +136,20 @@ pub fn run(backend: Box<dyn Backend>, setup: CaptureSetup) {
     while cap.keeps_going() {
         cap.publish_now_and_then();
         let batch = cap.place_batch();
-        let n = cap.receive(&batch);
-        if n == 0 {
+        if batch.max == 0 {
+            // Another stream holds the last frames of the limit for now.
+            std::thread::sleep(Duration::from_millis(1));
             continue;
         }
-        if cap.format.is_none() {
-            cap.learn_first_frame();
+        let n = cap.receive(&batch);
+        let accepted = if n == 0 {
+            0
+        } else if cap.format.is_none() {
+            cap.learn_first_frame()
         } else {
-            cap.take_batch(&batch, n);
-        }
+            cap.take_batch(&batch, n)
+        };
+        cap.shared.settle_frames(batch.granted, accepted);
     }
     cap.finish();
 }
@@ -177,7 +185,7 @@ impl Capture {
     }
 
     fn keeps_going(&self) -> bool {
-        !self.shared.stop_requested() && self.setup.max_frames.is_none_or(|m| self.seq < m)
+        !self.shared.stop_requested() && self.shared.frames_left()
     }
 
     fn publish_now_and_then(&mut self) {
@@ -201,17 +209,17 @@ impl Capture {
     /// is unknown.
     fn place_batch(&mut self) -> Batch {
         let (Some(r), Some(f)) = (&self.ring, &self.format) else {
+            let granted = self.shared.grant_frames(1);
             return Batch {
                 dst: self.learn_buf.as_mut_ptr(),
                 stride: MAX_DATAGRAM,
-                max: 1,
+                max: granted as usize,
                 into_ring: false,
+                granted,
             };
         };
-        let want = self
-            .setup
-            .max_frames
-            .map_or(BATCH as u64, |m| (m - self.seq).min(BATCH as u64));
+        // The recording's frame limit (all streams together) is taken batch by batch.
+        let want = self.shared.grant_frames(BATCH as u64);
         let k = r.reserve(self.seq, self.seq + want) as usize;
         if k > 0 {
             return Batch {
@@ -219,6 +227,7 @@ impl Capture {
                 stride: f.frame_size,
                 max: k,
                 into_ring: true,
+                granted: want,
             };
         }
         // The scratch buffer holds a batch: sized at set-up, or when the frame size was learned.
@@ -227,6 +236,7 @@ impl Capture {
             stride: f.frame_size,
             max: want as usize,
             into_ring: false,
+            granted: want,
         }
     }
 
@@ -259,7 +269,7 @@ impl Capture {
 
     /// The first valid datagram tells the frame size: the ring is laid out (if it was not
     /// already) and the frame copied into slot 0, the one copy of the capture's life.
-    fn learn_first_frame(&mut self) {
+    fn learn_first_frame(&mut self) -> u64 {
         let info = self.infos[0];
         count_psn(&mut self.c, self.setup.psn, &info);
         self.c.stats.bytes_received += info.len as u64;
@@ -277,7 +287,7 @@ impl Capture {
             Ok(v) => v,
             Err(kind) => {
                 self.c.stats.malformed.add(kind);
-                return;
+                return 0;
             }
         };
         if self.ring.is_none() {
@@ -290,7 +300,7 @@ impl Capture {
                 Ok(r) => self.ring = Some(r),
                 Err(e) => {
                     self.shared.fail(e.to_string());
-                    return;
+                    return 0;
                 }
             }
         }
@@ -306,11 +316,12 @@ impl Capture {
         self.seq = 1;
         self.c.stats.frames_received = 1;
         r.publish(self.seq);
+        1
     }
 
     /// Classifies and counts a received batch, closes the holes malformed datagrams left, and
     /// publishes the accepted frames.
-    fn take_batch(&mut self, b: &Batch, n: usize) {
+    fn take_batch(&mut self, b: &Batch, n: usize) -> u64 {
         let f = self.format.expect("format known");
         let fs = f.frame_size;
         let mut accepted = 0usize;
@@ -354,10 +365,12 @@ impl Capture {
         }
         emit_rows(
             &self.shared,
+            self.setup.stream,
             &mut self.c,
             &mut self.acc,
             self.ring.as_deref(),
         );
+        accepted as u64
     }
 
     /// Stopping: publish the last frames and count the last (partial) seconds.
@@ -366,6 +379,7 @@ impl Capture {
         read_backend_counters(&mut self.c, self.backend.as_mut());
         emit_rows(
             &self.shared,
+            self.setup.stream,
             &mut self.c,
             &mut self.acc,
             self.ring.as_deref(),
@@ -458,7 +472,13 @@ fn publish(shared: &Shared, c: &mut Counters, acc: &Accounting, now: Instant, ri
     shared.publish_capture(&c.stats);
 }
 
-fn emit_rows(shared: &Shared, c: &mut Counters, acc: &mut Accounting, ring: Option<&Ring>) {
+fn emit_rows(
+    shared: &Shared,
+    stream: u16,
+    c: &mut Counters,
+    acc: &mut Accounting,
+    ring: Option<&Ring>,
+) {
     let rows = acc.take_rows();
     if rows.is_empty() {
         return;
@@ -470,6 +490,7 @@ fn emit_rows(shared: &Shared, c: &mut Counters, acc: &mut Accounting, ring: Opti
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         out.push(RecordRow {
+            stream,
             second: row,
             total_frames: c.stats.frames_received,
             bytes_buffered: c.stats.frames_received * frame_size,

@@ -12,10 +12,13 @@ use crate::vdif::layout::{self, Format, Mk6BlockHeader, Mk6FileHeader};
 use std::path::PathBuf;
 
 /// A numbered run of the scan's frames waiting in the ring.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ChunkJob {
     /// The scan (or data stream) it belongs to.
     pub out: std::sync::Arc<ScanOut>,
+    /// The ring its frames are in, and which stream's that is.
+    pub ring: std::sync::Arc<Ring>,
+    pub input: usize,
     pub number: u64,
     /// (first ring sequence number, frames), in order.
     pub ranges: Vec<(u64, u64)>,
@@ -122,6 +125,8 @@ fn write_frames(
     }
     let rest = ChunkJob {
         out: job.out.clone(),
+        ring: job.ring.clone(),
+        input: job.input,
         number: job.number,
         ranges: if whole > 0 {
             vec![(job.first_seq() + whole, job.frames - whole)]

@@ -1,5 +1,6 @@
-//! The scan gate: one thread that follows the ring behind the capture. Between scans it
-//! releases every frame unwritten (they were counted by the capture: the recorder monitors).
+//! The scan gate: one thread that follows the ring of every stream behind its capture.
+//! Between scans it releases every frame unwritten (they were counted by the capture: the
+//! recorder monitors).
 //! During a scan it reads each frame's header, keeps the frames whose VDIF time lies in the
 //! scan's window, cuts them into numbered chunks for the writers, counts them in the scan's
 //! own accounting, and releases ring slots only when every chunk holding them is on disk (so a
@@ -10,7 +11,9 @@ use crate::record::classify::swapped_header;
 use crate::record::ring::Ring;
 use crate::record::scan::chunk::{self, ChunkJob, ScanOut};
 use crate::record::scan::disks::DiskSet;
-use crate::record::scan::summary::{DataStreamSummary, DiskSummary, ScanSummary};
+use crate::record::scan::summary::{
+    DataStreamSummary, DiskSummary, ScanSecond, ScanStreamSummary, ScanSummary, ScanThread,
+};
 use crate::record::scan::window::{frames_between, FramePoint, Place, Window};
 use crate::record::scan::writers::{Done, Writers};
 use crate::record::scan::Split;
@@ -18,9 +21,9 @@ use crate::record::shared::Shared;
 use crate::record::stats::{FileRecord, StreamCounts};
 use crate::vdif::header::Header;
 use crate::vdif::layout::{self, Format};
-use crate::vdif::time::{utc_unix, Utc};
+use crate::vdif::time::utc_unix;
 use crossbeam_channel::{Receiver, Sender};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -72,8 +75,9 @@ pub struct Gate {
 }
 
 impl Gate {
+    /// Follows the streams `(port, shared)`; scans go to `disks`.
     pub fn start(
-        shared: Arc<Shared>,
+        streams: Vec<(u16, Arc<Shared>)>,
         disks: Arc<DiskSet>,
         big_endian: bool,
     ) -> std::io::Result<Gate> {
@@ -83,14 +87,24 @@ impl Gate {
         let handle = std::thread::Builder::new()
             .name("vdifrec-gate".into())
             .spawn(move || {
+                let inputs = streams
+                    .into_iter()
+                    .map(|(port, shared)| Input {
+                        port,
+                        shared,
+                        ring: None,
+                        pos: 0,
+                        outside_frames: 0,
+                        done: false,
+                    })
+                    .collect();
                 let mut g = GateLoop {
-                    shared,
+                    inputs,
                     disks,
                     big_endian,
                     commands: rx,
                     board: b.clone(),
                     active: None,
-                    outside_frames: 0,
                     written_before: 0,
                 };
                 g.run();
@@ -158,13 +172,26 @@ impl Gate {
     }
 }
 
-/// One data stream of a scan (the whole scan unless it is split): its chunks, numbered
-/// from 0.
+/// One stream the gate follows.
+struct Input {
+    port: u16,
+    shared: Arc<Shared>,
+    /// The stream's ring, once its first frame has laid it out.
+    ring: Option<Arc<Ring>>,
+    /// Next ring sequence number to look at.
+    pos: u64,
+    outside_frames: u64,
+    /// The capture has ended and every frame it buffered has been looked at.
+    done: bool,
+}
+
+/// One data stream of a scan (the whole scan unless it is split) in one stream's ring: the
+/// chunk it is filling. Chunks are numbered per name, across the streams.
 struct DataStream {
+    input: usize,
     key: String,
     out: Arc<ScanOut>,
     building: Option<Building>,
-    next_chunk: u64,
     frames: u64,
 }
 
@@ -176,159 +203,122 @@ struct Building {
     limit: u64,
 }
 
-/// The scan being gated.
-struct Active {
-    plan: ScanPlan,
-    /// What every data stream's chunks share (the name is the scan's).
-    base: ScanOut,
-    streams: Vec<DataStream>,
-    /// Data stream index by thread or station id (split scans).
-    by_key: std::collections::HashMap<u32, usize>,
-    ring: Arc<Ring>,
+/// The scan's part in one stream.
+struct Part {
+    /// Chunk size and frame size, once the stream's ring exists.
+    base: Option<ScanOut>,
     acc: Accounting,
-    writers: Option<Writers>,
-    jobs: Option<Sender<ChunkJob>>,
-    done: Receiver<Done>,
     /// Chunks handed to the writers and not yet done: first sequence number → frames.
     held: BTreeMap<u64, u64>,
     frames: u64,
-    first_frame: Option<FramePoint>,
-    last_frame: Option<FramePoint>,
-    /// The stop was asked for, or the window's end was reached: no more frames are taken.
-    closing: bool,
     /// Asked to stop: the scan takes the frames buffered before that (ring sequence numbers
-    /// below this), then closes.
+    /// below this), then this stream is finished.
     stop_at: Option<u64>,
-    past_stop_since: Option<Instant>,
     overflows_at_start: u64,
     drops_at_start: u64,
+}
+
+/// The scan being gated.
+struct Active {
+    plan: ScanPlan,
+    parts: Vec<Part>,
+    streams: Vec<DataStream>,
+    /// Data stream index by (input, thread or station id; 0 unsplit).
+    by_key: HashMap<(usize, u32), usize>,
+    /// Next chunk number of each data stream name.
+    numbers: HashMap<String, u64>,
+    writers: Option<Writers>,
+    jobs: Option<Sender<ChunkJob>>,
+    done: Receiver<Done>,
+    frames: u64,
+    first_frame: Option<FramePoint>,
+    last_frame: Option<FramePoint>,
+    /// No more frames are taken: the stop was asked for and reached, the window ended, or the
+    /// captures ended.
+    closing: bool,
+    past_stop_since: Option<Instant>,
     notes: Vec<String>,
 }
 
 struct GateLoop {
-    shared: Arc<Shared>,
+    inputs: Vec<Input>,
     disks: Arc<DiskSet>,
     big_endian: bool,
     commands: Receiver<Command>,
     board: Arc<(Mutex<Board>, Condvar)>,
     active: Option<Active>,
-    outside_frames: u64,
     /// Bytes written by scans already finished (for the live total).
     written_before: u64,
 }
 
 impl GateLoop {
     fn run(&mut self) {
-        let mut pending: Option<Box<ScanPlan>> = None;
-        let mut stop_asked = false;
-        // Until the first frame lays the ring out, only commands can come.
-        let ring = loop {
-            if let Some(r) = self.shared.ring() {
-                break r;
-            }
-            while let Ok(c) = self.commands.try_recv() {
-                match c {
-                    Command::Start(p) => pending = Some(p),
-                    Command::Stop => stop_asked = true,
-                }
-            }
-            if self.shared.capture_done() && self.shared.ring().is_none() {
-                // The recording ended before any frame: a scan asked for is empty.
-                if let Some(p) = pending.take() {
-                    self.finish_empty(*p);
-                }
-                return;
-            }
-            if stop_asked {
-                if let Some(p) = pending.take() {
-                    self.finish_empty(*p);
-                }
-                stop_asked = false;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        };
-        let fs = ring.frame_size() as u64;
-        let mut pos = ring.read_seq();
-        if let Some(p) = pending.take() {
-            self.activate(*p, &ring);
-            if stop_asked {
-                self.active.as_mut().expect("activated").stop_at = Some(ring.write_seq());
-            }
-        }
         loop {
             while let Ok(c) = self.commands.try_recv() {
                 match c {
                     Command::Start(p) => {
                         if self.active.is_none() {
-                            self.activate(*p, &ring);
+                            self.activate(*p);
                         }
                     }
                     Command::Stop => {
                         // Frames already buffered when the stop came belong to the scan: it
-                        // takes them up to the write index now, then closes.
+                        // takes them up to each write index now, then closes.
                         if let Some(a) = &mut self.active {
-                            a.stop_at.get_or_insert(ring.write_seq());
+                            for (part, input) in a.parts.iter_mut().zip(&self.inputs) {
+                                part.stop_at.get_or_insert(
+                                    input.ring.as_ref().map_or(0, |r| r.write_seq()),
+                                );
+                            }
                         }
                     }
                 }
             }
-            // Read `done` before the write index: once done, the index is final.
-            let capture_done = self.shared.capture_done();
-            let end = ring.write_seq();
-            let upto = end.min(pos + FRAMES_PER_PASS);
             let now_wall = unix_now();
-            for seq in pos..upto {
-                let taken = match &mut self.active {
-                    Some(a) if !a.closing && a.stop_at.is_none_or(|s| seq < s) => {
-                        a.offer(seq, self.big_endian, now_wall)
-                    }
-                    _ => false,
-                };
-                if !taken {
-                    self.outside_frames += 1;
-                }
+            let mut progressed = false;
+            for k in 0..self.inputs.len() {
+                progressed |= self.follow(k, now_wall);
             }
-            let progressed = upto > pos;
-            pos = upto;
             if let Some(a) = &mut self.active {
-                a.collect_done();
-                if !a.closing {
-                    a.relieve(pos);
-                }
-                if (capture_done && pos == end) || a.stop_at.is_some_and(|s| pos >= s) {
-                    a.closing = true;
-                }
-                if a.past_stop_since.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
+                let stopped = a
+                    .parts
+                    .iter()
+                    .zip(&self.inputs)
+                    .all(|(p, i)| i.done || p.stop_at.is_some_and(|s| i.pos >= s));
+                if stopped || a.past_stop_since.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
                     a.closing = true;
                 }
                 if a.closing {
-                    a.close_input();
+                    a.close_input(&self.inputs);
                 }
                 let written = a
                     .writers
                     .as_ref()
                     .map_or(0, |w| w.log.lock().unwrap().bytes_written);
-                self.shared.set_bytes_written(self.written_before + written);
+                for i in &self.inputs {
+                    i.shared.set_bytes_written(self.written_before + written);
+                }
             }
-            let low = self
-                .active
-                .as_ref()
-                .and_then(|a| a.lowest_held())
-                .map_or(pos, |h| h.min(pos));
-            ring.release(low);
             if self
                 .active
                 .as_ref()
-                .is_some_and(|a| a.closing && a.held.is_empty())
+                .is_some_and(|a| a.closing && a.parts.iter().all(|p| p.held.is_empty()))
             {
                 let a = self.active.take().expect("active");
-                self.finish(a, fs);
+                self.finish(a);
             }
             {
+                let outside: u64 = self
+                    .inputs
+                    .iter()
+                    .map(|i| {
+                        i.outside_frames * i.ring.as_ref().map_or(0, |r| r.frame_size() as u64)
+                    })
+                    .sum();
                 let (m, _) = &*self.board;
-                m.lock().unwrap().bytes_outside = self.outside_frames * fs;
+                m.lock().unwrap().bytes_outside = outside;
             }
-            if capture_done && pos == end && self.active.is_none() {
+            if self.active.is_none() && self.inputs.iter().all(|i| i.done) {
                 return;
             }
             if !progressed {
@@ -337,36 +327,65 @@ impl GateLoop {
         }
     }
 
-    fn activate(&mut self, mut plan: ScanPlan, ring: &Arc<Ring>) {
-        let fs = ring.frame_size();
-        let run = ring.run();
-        let mut chunk_frames = super::chunk_frames(plan.chunk_bytes, fs, run);
-        // The ring must hold a chunk for every writer and one filling, or it could fill with
-        // chunks that never complete.
-        let most = (ring.nslots() / (plan.writers as u64 + 1)) / run * run;
-        if chunk_frames > most {
-            plan.notes.push(format!(
-                "chunk_size: {} chunks do not fit the {} ring {} times (one per writer plus one filling); using {} chunks (give a larger ring for larger chunks)",
-                crate::units::format_size(chunk_frames * fs as u64),
-                crate::units::format_size(ring.bytes() as u64),
-                plan.writers + 1,
-                crate::units::format_size(most.max(run) * fs as u64)
-            ));
-            chunk_frames = most.max(run);
+    /// Looks at the new frames of stream `k` and releases what no chunk needs; whether there
+    /// were any.
+    fn follow(&mut self, k: usize, now_wall: f64) -> bool {
+        let input = &mut self.inputs[k];
+        // Read `done` before the write index: once done, the index is final.
+        let capture_done = input.shared.capture_done();
+        if input.ring.is_none() {
+            input.ring = input.shared.ring();
+            match &input.ring {
+                Some(r) => {
+                    input.pos = r.read_seq();
+                    if let Some(a) = &mut self.active {
+                        a.lay_out(k, r);
+                    }
+                }
+                None => {
+                    input.done = capture_done;
+                    return false;
+                }
+            }
         }
-        let out = ScanOut {
-            name: plan.name.clone(),
-            format: plan.format,
-            frame_size: fs,
-            direct: plan.direct,
-            chunk_frames,
-        };
+        let ring = input.ring.clone().expect("laid out");
+        let end = ring.write_seq();
+        let pos = input.pos;
+        let upto = end.min(pos + FRAMES_PER_PASS);
+        for seq in pos..upto {
+            let taken = match &mut self.active {
+                Some(a) if !a.closing && a.parts[k].stop_at.is_none_or(|s| seq < s) => {
+                    a.offer(k, &ring, seq, self.big_endian, now_wall)
+                }
+                _ => false,
+            };
+            if !taken {
+                self.inputs[k].outside_frames += 1;
+            }
+        }
+        let input = &mut self.inputs[k];
+        input.pos = upto;
+        input.done = capture_done && upto == end;
+        let mut low = upto;
+        if let Some(a) = &mut self.active {
+            a.collect_done();
+            if !a.closing {
+                a.relieve(k, &ring, upto);
+            }
+            if let Some(h) = a.lowest_held(k) {
+                low = low.min(h);
+            }
+        }
+        ring.release(low);
+        upto > pos
+    }
+
+    fn activate(&mut self, mut plan: ScanPlan) {
         self.disks.begin_scan();
         let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
         let (done_tx, done_rx) = crossbeam_channel::unbounded();
         let writers = Writers::start(
             plan.writers,
-            ring.clone(),
             self.disks.clone(),
             jobs_rx,
             done_tx,
@@ -380,75 +399,44 @@ impl GateLoop {
                 (None, None)
             }
         };
-        let c = self.shared.capture_stats();
-        let streams = match plan.split {
-            None => vec![DataStream {
-                key: String::new(),
-                out: Arc::new(out.clone()),
-                building: None,
-                next_chunk: 0,
-                frames: 0,
-            }],
-            Some(_) => Vec::new(),
-        };
-        self.active = Some(Active {
-            acc: Accounting::new(plan.fps, GapPolicy::WallClock),
+        let parts = self
+            .inputs
+            .iter()
+            .map(|i| {
+                let c = i.shared.capture_stats();
+                Part {
+                    base: None,
+                    acc: Accounting::new(plan.fps, GapPolicy::WallClock),
+                    held: BTreeMap::new(),
+                    frames: 0,
+                    stop_at: None,
+                    overflows_at_start: c.ring_overflows,
+                    drops_at_start: c.kernel_drops,
+                }
+            })
+            .collect();
+        let mut a = Active {
             plan,
-            base: out,
-            streams,
-            by_key: Default::default(),
-            ring: ring.clone(),
+            parts,
+            streams: Vec::new(),
+            by_key: HashMap::new(),
+            numbers: HashMap::new(),
             writers,
             jobs,
             done: done_rx,
-            held: BTreeMap::new(),
             frames: 0,
             first_frame: None,
             last_frame: None,
             closing: false,
-            stop_at: None,
             past_stop_since: None,
-            overflows_at_start: c.ring_overflows,
-            drops_at_start: c.kernel_drops,
             notes,
-        });
-    }
-
-    /// A scan asked for that never saw a frame: an empty summary, nothing on disk.
-    fn finish_empty(&mut self, plan: ScanPlan) {
-        let s = ScanSummary {
-            name: plan.name.clone(),
-            requested_name: plan.requested_name,
-            format: plan.format.name(),
-            start: plan.start_text,
-            stop: plan.stop_text,
-            first_frame: None,
-            last_frame: None,
-            frames: 0,
-            frame_size: 0,
-            chunk_size: 0,
-            chunks: 0,
-            data_streams: Vec::new(),
-            writers: 0,
-            counts: StreamCounts::default(),
-            frames_lost_at_edges: 0,
-            ring_overflows: 0,
-            kernel_drops: 0,
-            bytes_buffered: 0,
-            bytes_written: 0,
-            bytes_dropped_disk: 0,
-            bytes_headers: 0,
-            files: Vec::new(),
-            disks: self.disk_summaries(),
-            invariant_holds: true,
-            error: None,
-            seconds: Vec::new(),
-            threads: Vec::new(),
-            notes: plan.notes,
-            ok: false,
+        };
+        for (k, i) in self.inputs.iter().enumerate() {
+            if let Some(r) = &i.ring {
+                a.lay_out(k, r);
+            }
         }
-        .judge();
-        self.publish(s);
+        self.active = Some(a);
     }
 
     fn disk_summaries(&self) -> Vec<DiskSummary> {
@@ -478,7 +466,7 @@ impl GateLoop {
 
     /// The scan's input is closed and every chunk is done: close its files, count, write the
     /// JSON summary beside it.
-    fn finish(&mut self, mut a: Active, fs: u64) {
+    fn finish(&mut self, mut a: Active) {
         let log = match a.writers.take() {
             Some(w) => w.join(),
             None => Default::default(),
@@ -486,12 +474,15 @@ impl GateLoop {
         let log = std::mem::take(&mut *log.lock().unwrap());
         let mut files = log.files;
         let mut error = log.error;
-        let mut notes = a.notes;
+        let mut notes = std::mem::take(&mut a.notes);
         notes.extend(log.notes);
+        let format = a.plan.format;
+        let first_base = a.parts.iter().find_map(|p| p.base.clone());
+        let frame_size = first_base.as_ref().map_or(0, |b| b.frame_size);
         let mut chunks_per_disk = vec![0u64; self.disks.disks.len()];
-        if a.base.format != Format::Vbs {
+        if format != Format::Vbs {
             for (i, d) in self.disks.disks.iter().enumerate() {
-                let (closed, e) = chunk::close_scan_files(d, a.base.format, a.base.frame_size);
+                let (closed, e) = chunk::close_scan_files(d, format, frame_size);
                 chunks_per_disk[i] = closed.len() as u64;
                 for (path, bytes) in closed {
                     files.push(FileRecord {
@@ -504,35 +495,76 @@ impl GateLoop {
                 }
             }
         }
-        a.acc.finish();
-        let totals = a.acc.totals();
-        let threads = a.acc.thread_totals();
-        let fps = a.acc.frames_per_second();
-        // Frames missing at the window's edges, per thread (the accounting counts only
-        // between a thread's first and last frame).
+        let mut counts = StreamCounts::default();
         let mut edges = 0u64;
-        if fps > 0 {
-            for t in &threads {
-                if let (Some(s), Some(first)) = (a.plan.window.start, t.first) {
-                    edges += frames_between(s, first, fps).max(0) as u64;
-                }
-                if let (Some(s), Some(last)) = (a.plan.window.stop, t.last) {
-                    edges += (frames_between(last, s, fps) - 1).max(0) as u64;
+        let mut seconds = Vec::new();
+        let mut threads = Vec::new();
+        let mut streams = Vec::new();
+        let (mut overflows, mut drops, mut buffered) = (0u64, 0u64, 0u64);
+        let mut fps_seen = 0;
+        for (part, input) in a.parts.iter_mut().zip(&self.inputs) {
+            part.acc.finish();
+            let t = (part.acc.thread_totals(), part.acc.totals());
+            let fps = part.acc.frames_per_second();
+            fps_seen = fps_seen.max(fps);
+            // Frames missing at the window's edges, per thread (the accounting counts only
+            // between a thread's first and last frame).
+            let mut part_edges = 0u64;
+            if fps > 0 {
+                for th in &t.0 {
+                    if let (Some(s), Some(first)) = (a.plan.window.start, th.first) {
+                        part_edges += frames_between(s, first, fps).max(0) as u64;
+                    }
+                    if let (Some(s), Some(last)) = (a.plan.window.stop, th.last) {
+                        part_edges += (frames_between(last, s, fps) - 1).max(0) as u64;
+                    }
                 }
             }
+            let mut c = StreamCounts::from(&t.1);
+            c.frames_lost += part_edges;
+            let cs = input.shared.capture_stats();
+            let fs = part.base.as_ref().map_or(0, |b| b.frame_size as u64);
+            let s = ScanStreamSummary {
+                port: input.port,
+                frames: part.frames,
+                counts: c,
+                frames_lost_at_edges: part_edges,
+                ring_overflows: cs.ring_overflows - part.overflows_at_start,
+                kernel_drops: cs.kernel_drops - part.drops_at_start,
+                bytes_buffered: part.frames * fs,
+            };
+            counts += c;
+            edges += part_edges;
+            overflows += s.ring_overflows;
+            drops += s.kernel_drops;
+            buffered += s.bytes_buffered;
+            for row in part.acc.take_rows() {
+                seconds.push(ScanSecond {
+                    stream: input.port,
+                    row,
+                });
+            }
+            for th in t.0 {
+                threads.push(ScanThread {
+                    stream: input.port,
+                    totals: th,
+                });
+            }
+            streams.push(s);
         }
-        let mut counts = StreamCounts::from(&totals);
-        counts.frames_lost += edges;
-        let c = self.shared.capture_stats();
         let mut disks = self.disk_summaries();
         for (d, n) in disks.iter_mut().zip(chunks_per_disk) {
-            if a.base.format != Format::Vbs {
+            if format != Format::Vbs {
                 d.chunks = n;
             }
         }
         let iso = |p: Option<FramePoint>| {
             p.map(|(s, f)| {
-                let frac = if fps > 0 { f as f64 / fps as f64 } else { 0.0 };
+                let frac = if fps_seen > 0 {
+                    f as f64 / fps_seen as f64
+                } else {
+                    0.0
+                };
                 crate::vdif::time::VdifTime {
                     unix_seconds: s,
                     fraction: frac,
@@ -545,61 +577,66 @@ impl GateLoop {
                 "no frame of the stream fell in the scan's window: nothing was written".into(),
             );
         }
+        // One entry per data stream name, over the streams.
+        let mut data_streams: Vec<DataStreamSummary> = Vec::new();
+        for d in &a.streams {
+            match data_streams.iter_mut().find(|x| x.name == d.out.name) {
+                Some(x) => x.frames += d.frames,
+                None => data_streams.push(DataStreamSummary {
+                    name: d.out.name.clone(),
+                    key: d.key.clone(),
+                    frames: d.frames,
+                    chunks: a.numbers.get(&d.out.name).copied().unwrap_or(0),
+                    bytes_written: log.bytes_by_scan.get(&d.out.name).copied().unwrap_or(0),
+                }),
+            }
+        }
         let s = ScanSummary {
             name: a.plan.name.clone(),
             requested_name: a.plan.requested_name.clone(),
-            format: a.base.format.name(),
+            format: format.name(),
             start: a.plan.start_text.clone(),
             stop: a.plan.stop_text.clone(),
             first_frame: iso(a.first_frame),
             last_frame: iso(a.last_frame),
             frames: a.frames,
-            frame_size: fs as usize,
-            chunk_size: a.base.chunk_frames * fs,
-            chunks: a.streams.iter().map(|d| d.next_chunk).sum(),
-            data_streams: a
-                .streams
-                .iter()
-                .map(|d| DataStreamSummary {
-                    name: d.out.name.clone(),
-                    key: d.key.clone(),
-                    frames: d.frames,
-                    chunks: d.next_chunk,
-                    bytes_written: log.bytes_by_scan.get(&d.out.name).copied().unwrap_or(0),
-                })
-                .collect(),
+            frame_size,
+            chunk_size: first_base.map_or(0, |b| b.chunk_frames * b.frame_size as u64),
+            chunks: a.numbers.values().sum(),
+            data_streams,
             writers: a.plan.writers,
             counts,
             frames_lost_at_edges: edges,
-            ring_overflows: c.ring_overflows - a.overflows_at_start,
-            kernel_drops: c.kernel_drops - a.drops_at_start,
-            bytes_buffered: a.frames * fs,
+            ring_overflows: overflows,
+            kernel_drops: drops,
+            bytes_buffered: buffered,
             bytes_written: log.bytes_written,
             bytes_dropped_disk: log.bytes_dropped,
             bytes_headers: log.header_bytes,
             files,
             disks,
+            streams,
             invariant_holds: false,
             error,
-            seconds: a.acc.take_rows(),
+            seconds,
             threads,
             notes,
             ok: false,
         }
         .judge();
-        self.write_summary_files(&s, a.base.format);
+        self.write_summary_files(&s, format);
         self.publish(s);
     }
 
     /// The scan's summary as JSON beside it (beside each data stream of a split scan), on
     /// every disk that holds part of it.
     fn write_summary_files(&self, s: &ScanSummary, format: Format) {
-        let names: Vec<&str> =
-            if s.data_streams.len() > 1 || s.data_streams.iter().any(|d| !d.key.is_empty()) {
-                s.data_streams.iter().map(|d| d.name.as_str()).collect()
-            } else {
-                vec![s.name.as_str()]
-            };
+        let split = s.data_streams.iter().any(|d| !d.key.is_empty());
+        let names: Vec<&str> = if split {
+            s.data_streams.iter().map(|d| d.name.as_str()).collect()
+        } else {
+            vec![s.name.as_str()]
+        };
         for d in &s.disks {
             if d.bytes == 0 {
                 continue;
@@ -619,10 +656,45 @@ impl GateLoop {
 }
 
 impl Active {
-    /// Takes frame `seq` into the scan if its time lies in the window; false if not.
-    fn offer(&mut self, seq: u64, big_endian: bool, now_wall: f64) -> bool {
+    /// Stream `k`'s ring exists: its chunk size is decided. The ring must hold a chunk for
+    /// every writer and one filling, or it could fill with chunks that never complete.
+    fn lay_out(&mut self, k: usize, ring: &Ring) {
+        let plan = &self.plan;
+        let fs = ring.frame_size();
+        let run = ring.run();
+        let mut chunk_frames = super::chunk_frames(plan.chunk_bytes, fs, run);
+        let most = (ring.nslots() / (plan.writers as u64 + 1)) / run * run;
+        if chunk_frames > most {
+            self.notes.push(format!(
+                "chunk_size: {} chunks do not fit the {} ring {} times (one per writer plus one filling); using {} chunks (give a larger ring for larger chunks)",
+                crate::units::format_size(chunk_frames * fs as u64),
+                crate::units::format_size(ring.bytes() as u64),
+                plan.writers + 1,
+                crate::units::format_size(most.max(run) * fs as u64)
+            ));
+            chunk_frames = most.max(run);
+        }
+        self.parts[k].base = Some(ScanOut {
+            name: plan.name.clone(),
+            format: plan.format,
+            frame_size: fs,
+            direct: plan.direct,
+            chunk_frames,
+        });
+    }
+
+    /// Takes frame `seq` of stream `k` into the scan if its time lies in the window; false if
+    /// not.
+    fn offer(
+        &mut self,
+        k: usize,
+        ring: &Arc<Ring>,
+        seq: u64,
+        big_endian: bool,
+        now_wall: f64,
+    ) -> bool {
         // SAFETY: `seq` is published and not yet released (the gate releases it later).
-        let bytes = unsafe { self.ring.frames(seq, 1) };
+        let bytes = unsafe { ring.frames(seq, 1) };
         let parsed = if big_endian {
             Header::parse_unchecked(&swapped_header(bytes))
         } else {
@@ -638,45 +710,52 @@ impl Active {
                 false
             }
             Place::Inside => {
-                self.acc.set_wall_clock(now_wall);
-                self.acc.frame(&h, Fate::Buffered);
+                let part = &mut self.parts[k];
+                part.acc.set_wall_clock(now_wall);
+                part.acc.frame(&h, Fate::Buffered);
+                part.frames += 1;
                 self.frames += 1;
                 self.first_frame = Some(self.first_frame.map_or(point, |f| f.min(point)));
                 self.last_frame = Some(self.last_frame.map_or(point, |l| l.max(point)));
-                let k = self.stream_of(&h);
-                self.append(seq, k);
+                let d = self.stream_of(k, &h);
+                self.append(d, ring, seq);
                 true
             }
         }
     }
 
-    /// The data stream frame `h` belongs to (created at its first frame).
-    fn stream_of(&mut self, h: &Header) -> usize {
-        let Some(split) = self.plan.split else {
-            return 0;
+    /// The data stream frame `h` of stream `k` belongs to (created at its first frame).
+    fn stream_of(&mut self, k: usize, h: &Header) -> usize {
+        let (id, key) = match self.plan.split {
+            Some(split) => split.key(h),
+            None => (0, String::new()),
         };
-        let (id, key) = split.key(h);
-        if let Some(&i) = self.by_key.get(&id) {
+        if let Some(&i) = self.by_key.get(&(k, id)) {
             return i;
         }
-        let out = ScanOut {
-            name: format!("{}_ds{key}", self.plan.name),
-            ..self.base.clone()
+        let base = self.parts[k]
+            .base
+            .clone()
+            .expect("laid out before its frames");
+        let name = if key.is_empty() {
+            base.name.clone()
+        } else {
+            format!("{}_ds{key}", self.plan.name)
         };
         self.streams.push(DataStream {
+            input: k,
             key,
-            out: Arc::new(out),
+            out: Arc::new(ScanOut { name, ..base }),
             building: None,
-            next_chunk: 0,
             frames: 0,
         });
-        self.by_key.insert(id, self.streams.len() - 1);
+        self.by_key.insert((k, id), self.streams.len() - 1);
         self.streams.len() - 1
     }
 
-    fn append(&mut self, seq: u64, k: usize) {
-        let run = self.ring.run();
-        let ds = &mut self.streams[k];
+    fn append(&mut self, d: usize, ring: &Arc<Ring>, seq: u64) {
+        let run = ring.run();
+        let ds = &mut self.streams[d];
         ds.frames += 1;
         let b = ds.building.get_or_insert_with(|| {
             let chunk = ds.out.chunk_frames;
@@ -704,77 +783,85 @@ impl Active {
         }
         b.frames += 1;
         if b.frames >= b.limit {
-            self.send_building(k);
+            self.send_building(d, ring);
         }
     }
 
-    fn send_building(&mut self, k: usize) {
-        let ds = &mut self.streams[k];
+    fn send_building(&mut self, d: usize, ring: &Arc<Ring>) {
+        let ds = &mut self.streams[d];
         let Some(b) = ds.building.take() else {
             return;
         };
+        let number = self.numbers.entry(ds.out.name.clone()).or_insert(0);
         let job = ChunkJob {
             out: ds.out.clone(),
-            number: ds.next_chunk,
+            ring: ring.clone(),
+            input: ds.input,
+            number: *number,
             ranges: b.ranges,
             frames: b.frames,
         };
-        ds.next_chunk += 1;
-        self.held.insert(job.first_seq(), job.frames);
+        *number += 1;
+        let held = &mut self.parts[ds.input].held;
+        held.insert(job.first_seq(), job.frames);
         match &self.jobs {
             Some(tx) => {
                 let _ = tx.send(job);
             }
             None => {
                 // No writer could start: the chunk is counted as not written.
-                self.held.remove(&job.first_seq());
+                held.remove(&job.first_seq());
             }
         }
     }
 
-    /// When chunks still filling hold most of the ring (a split scan whose data streams each
-    /// fill a chunk), the oldest goes out short rather than let the ring fill.
-    fn relieve(&mut self, pos: u64) {
-        let Some(low) = self.lowest_held() else {
+    /// When chunks still filling hold most of stream `k`'s ring (a split scan whose data
+    /// streams each fill a chunk), the oldest goes out short rather than let the ring fill.
+    fn relieve(&mut self, k: usize, ring: &Arc<Ring>, pos: u64) {
+        let Some(low) = self.lowest_held(k) else {
             return;
         };
-        if (pos - low) * 4 < self.ring.nslots() * 3 {
+        if (pos - low) * 4 < ring.nslots() * 3 {
             return;
         }
         let oldest = (0..self.streams.len())
-            .filter_map(|k| {
-                let first = self.streams[k].building.as_ref()?.ranges.first()?.0;
-                Some((first, k))
+            .filter(|d| self.streams[*d].input == k)
+            .filter_map(|d| {
+                let first = self.streams[d].building.as_ref()?.ranges.first()?.0;
+                Some((first, d))
             })
             .min();
-        if let Some((_, k)) = oldest {
-            self.send_building(k);
+        if let Some((_, d)) = oldest {
+            self.send_building(d, ring);
         }
     }
 
-    /// No more frames: the last (short) chunk goes out, and the writers end when the queue
-    /// is empty.
-    fn close_input(&mut self) {
-        for k in 0..self.streams.len() {
-            self.send_building(k);
+    /// No more frames: the last (short) chunks go out, and the writers end when the queue is
+    /// empty.
+    fn close_input(&mut self, inputs: &[Input]) {
+        for d in 0..self.streams.len() {
+            if let Some(ring) = inputs[self.streams[d].input].ring.clone() {
+                self.send_building(d, &ring);
+            }
         }
         self.jobs = None;
     }
 
     fn collect_done(&mut self) {
         while let Ok(d) = self.done.try_recv() {
-            self.held.remove(&d.first_seq);
+            self.parts[d.input].held.remove(&d.first_seq);
         }
     }
 
-    /// The oldest ring frame a chunk of this scan still needs.
-    fn lowest_held(&self) -> Option<u64> {
+    /// The oldest frame of stream `k`'s ring a chunk of this scan still needs.
+    fn lowest_held(&self, k: usize) -> Option<u64> {
         let building = self
             .streams
             .iter()
+            .filter(|d| d.input == k)
             .filter_map(|d| d.building.as_ref()?.ranges.first().map(|r| r.0))
             .min();
-        match (self.held.keys().next().copied(), building) {
+        match (self.parts[k].held.keys().next().copied(), building) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -785,16 +872,4 @@ fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// The VDIF-time text of a window boundary, for summaries.
-pub fn boundary_text(p: Option<FramePoint>) -> Option<String> {
-    p.map(|(s, f)| {
-        let t = Utc::from_unix(s).iso();
-        if f == 0 {
-            t
-        } else {
-            format!("{t} + frame {f}")
-        }
-    })
 }

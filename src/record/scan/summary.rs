@@ -28,6 +28,36 @@ pub struct DataStreamSummary {
     pub bytes_written: u64,
 }
 
+/// One stream's part in a scan (one per port).
+#[derive(Clone, Debug, Serialize)]
+pub struct ScanStreamSummary {
+    pub port: u16,
+    pub frames: u64,
+    #[serde(flatten)]
+    pub counts: StreamCounts,
+    pub frames_lost_at_edges: u64,
+    pub ring_overflows: u64,
+    pub kernel_drops: u64,
+    pub bytes_buffered: u64,
+}
+
+/// A second of the scan on one stream.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScanSecond {
+    /// The stream's port.
+    pub stream: u16,
+    #[serde(flatten)]
+    pub row: SecondRow,
+}
+
+/// A thread of the scan on one stream.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScanThread {
+    pub stream: u16,
+    #[serde(flatten)]
+    pub totals: ThreadTotals,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct ScanSummary {
     /// The name on disk (the name asked for, with jive5ab's suffix when that was taken).
@@ -63,12 +93,14 @@ pub struct ScanSummary {
     pub bytes_headers: u64,
     pub files: Vec<FileRecord>,
     pub disks: Vec<DiskSummary>,
+    /// Each stream's part (the counters above are their sums).
+    pub streams: Vec<ScanStreamSummary>,
     /// `bytes_buffered == bytes_written + bytes_dropped_disk` and the files' sizes add up to
     /// `bytes_written + bytes_headers`.
     pub invariant_holds: bool,
     pub error: Option<String>,
-    pub seconds: Vec<SecondRow>,
-    pub threads: Vec<ThreadTotals>,
+    pub seconds: Vec<ScanSecond>,
+    pub threads: Vec<ScanThread>,
     pub notes: Vec<String>,
     pub ok: bool,
 }

@@ -14,6 +14,8 @@ use std::thread::JoinHandle;
 /// A chunk the writers are finished with: on disk, or dropped for want of a disk.
 #[derive(Clone, Copy, Debug)]
 pub struct Done {
+    /// The stream whose ring held the chunk.
+    pub input: usize,
     pub first_seq: u64,
     pub frames: u64,
     pub written: bool,
@@ -42,7 +44,6 @@ impl Writers {
     /// Starts `n` writers on the queue `jobs`; each reports to `done` (the gate).
     pub fn start(
         n: usize,
-        ring: Arc<Ring>,
         disks: Arc<DiskSet>,
         jobs: Receiver<ChunkJob>,
         done: Sender<Done>,
@@ -51,13 +52,7 @@ impl Writers {
         let log = Arc::new(Mutex::new(WriterLog::default()));
         let mut handles = Vec::new();
         for k in 0..n {
-            let (ring, disks, jobs, done, log) = (
-                ring.clone(),
-                disks.clone(),
-                jobs.clone(),
-                done.clone(),
-                log.clone(),
-            );
+            let (disks, jobs, done, log) = (disks.clone(), jobs.clone(), done.clone(), log.clone());
             let cpu = (!cpus.is_empty()).then(|| cpus[k % cpus.len()]);
             handles.push(
                 std::thread::Builder::new()
@@ -70,7 +65,7 @@ impl Writers {
                             }
                         }
                         for job in jobs.iter() {
-                            let d = write_somewhere(&ring, &disks, &job, &log);
+                            let d = write_somewhere(&disks, &job, &log);
                             let _ = done.send(d);
                         }
                     })?,
@@ -92,8 +87,9 @@ impl Writers {
     }
 }
 
-fn write_somewhere(ring: &Ring, disks: &DiskSet, job: &ChunkJob, log: &Mutex<WriterLog>) -> Done {
+fn write_somewhere(disks: &DiskSet, job: &ChunkJob, log: &Mutex<WriterLog>) -> Done {
     let out: &ScanOut = &job.out;
+    let ring: &Ring = &job.ring;
     let bytes = job.frames * out.frame_size as u64;
     loop {
         let Some(d) = disks.take() else {
@@ -103,6 +99,7 @@ fn write_somewhere(ring: &Ring, disks: &DiskSet, job: &ChunkJob, log: &Mutex<Wri
                 "no disk is left in the set: the rest of the scan was not written".into()
             });
             return Done {
+                input: job.input,
                 first_seq: job.first_seq(),
                 frames: job.frames,
                 written: false,
@@ -128,6 +125,7 @@ fn write_somewhere(ring: &Ring, disks: &DiskSet, job: &ChunkJob, log: &Mutex<Wri
                     });
                 }
                 return Done {
+                    input: job.input,
                     first_seq: job.first_seq(),
                     frames: job.frames,
                     written: true,
