@@ -39,7 +39,14 @@ pub struct DiscardReceiver {
 }
 
 impl DiscardReceiver {
-    pub fn start(bind: IpAddr, port: u16, rcvbuf: usize) -> std::io::Result<DiscardReceiver> {
+    /// `span`: bytes of memory the datagrams are received into, one after the other as the
+    /// capture fills its ring (0: the same small buffer every time, the plain discard loop).
+    pub fn start(
+        bind: IpAddr,
+        port: u16,
+        rcvbuf: usize,
+        span: usize,
+    ) -> std::io::Result<DiscardReceiver> {
         // Tuned exactly as the udp backend's socket, so the comparison is of the loops alone.
         let (socket, _) = crate::record::capture::udp::receive_socket(bind, rcvbuf)?;
         socket.bind(&SockAddr::from(SocketAddr::new(bind, port)))?;
@@ -47,7 +54,7 @@ impl DiscardReceiver {
         let stop = Arc::new(AtomicBool::new(false));
         let received = Arc::new(AtomicU64::new(0));
         let (stop2, received2) = (stop.clone(), received.clone());
-        let handle = std::thread::spawn(move || discard_loop(socket, &stop2, &received2));
+        let handle = std::thread::spawn(move || discard_loop(socket, &stop2, &received2, span));
         Ok(DiscardReceiver {
             stop,
             handle: Some(handle),
@@ -69,10 +76,18 @@ impl DiscardReceiver {
     }
 }
 
-fn discard_loop(socket: Socket, stop: &AtomicBool, received: &AtomicU64) -> DiscardResult {
+fn discard_loop(
+    socket: Socket,
+    stop: &AtomicBool,
+    received: &AtomicU64,
+    span: usize,
+) -> DiscardResult {
     const N: usize = 64;
     const SIZE: usize = 9000;
-    let mut buf = vec![0u8; N * SIZE];
+    // Every page touched now, as the ring's are before the capture starts.
+    let slots = (span / SIZE).max(N) / N * N;
+    let mut buf = vec![1u8; slots * SIZE];
+    let mut next_slot = 0usize;
     let mut control = vec![[0u64; 8]; N];
     // SAFETY: zeroed message headers are valid; each is pointed at its buffer below.
     let mut iov: Vec<libc::iovec> = (0..N)
@@ -87,6 +102,8 @@ fn discard_loop(socket: Socket, stop: &AtomicBool, received: &AtomicU64) -> Disc
     let cpu0 = crate::affinity::thread_cpu_seconds();
     while !stop.load(Ordering::Acquire) {
         for i in 0..N {
+            iov[i].iov_base =
+                unsafe { buf.as_mut_ptr().add((next_slot + i) * SIZE) } as *mut libc::c_void;
             msgs[i].msg_hdr.msg_iov = &mut iov[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
             msgs[i].msg_hdr.msg_control = control[i].as_mut_ptr() as *mut libc::c_void;
@@ -108,6 +125,7 @@ fn discard_loop(socket: Socket, stop: &AtomicBool, received: &AtomicU64) -> Disc
         for m in &msgs[..n as usize] {
             result.bytes += m.msg_len as u64;
         }
+        next_slot = (next_slot + n as usize) % (slots - N + 1);
         result.datagrams += n as u64;
         received.store(result.datagrams, Ordering::Relaxed);
         // The kernel's drop counter, read from the last message as the udp backend does.
@@ -261,5 +279,63 @@ pub fn scan_writer_throughput(
         cpu_s: 0.0,
         direct: s.notes.iter().any(|n| n.contains("O_DIRECT writes")),
         error: s.error.clone(),
+    })
+}
+
+/// CPU time per frame of the capture's own work on frames already in memory, stage by stage:
+/// classification (size, header, stream format) and accounting (per second and thread). The
+/// frames cycle through `span` bytes, as a capture walks its ring.
+#[derive(Clone, Debug, Serialize)]
+pub struct StageCosts {
+    pub frames: u64,
+    pub classify_ns: f64,
+    pub classify_and_account_ns: f64,
+}
+
+pub fn capture_stage_costs(frames: u64, span: usize) -> Result<StageCosts, String> {
+    use crate::record::accounting::{Accounting, Fate, GapPolicy};
+    use crate::record::classify::StreamFormat;
+    let fs = 8224usize;
+    let fps = 125_000u32;
+    let header = crate::tools::generate::SignalSpec {
+        ref_epoch: Some(53),
+        start_second: Some(0),
+        ..Default::default()
+    }
+    .template()
+    .map_err(|e| e.to_string())?;
+    let slots = (span / fs).max(64);
+    let mut mem = vec![0u8; slots * fs];
+    for k in 0..slots {
+        let mut h = header;
+        h.set(crate::vdif::header::field::FRAME_NR, (k as u32) % fps)
+            .map_err(|e| e.to_string())?;
+        h.write_to(&mut mem[k * fs..]);
+    }
+    let format = StreamFormat::of(&header);
+    let run = |mem: &mut [u8], account: bool| -> f64 {
+        let mut acc = Accounting::new(Some(fps), GapPolicy::CountAsLoss);
+        let per_pass = (slots as u32).div_ceil(fps);
+        let cpu0 = crate::affinity::thread_cpu_seconds();
+        for i in 0..frames {
+            let k = (i as usize) % slots;
+            let pass = (i / slots as u64) as u32;
+            let frame = &mut mem[k * fs..(k + 1) * fs];
+            // Each pass over the memory is later in time, so the frames stay in order (the
+            // one store lands in the header's cache line, which classification reads anyway).
+            let w0 = u32::from_le_bytes(frame[0..4].try_into().expect("4 bytes"));
+            let seconds = pass * per_pass + k as u32 / fps;
+            frame[0..4].copy_from_slice(&((w0 & !0x3fff_ffff) | seconds).to_le_bytes());
+            let h = format.classify_datagram(fs, false, 0, frame, false);
+            if let (true, Ok(h)) = (account, h) {
+                acc.frame(&h, Fate::Buffered);
+            }
+        }
+        (crate::affinity::thread_cpu_seconds() - cpu0) / frames as f64 * 1e9
+    };
+    Ok(StageCosts {
+        frames,
+        classify_ns: run(&mut mem, false),
+        classify_and_account_ns: run(&mut mem, true),
     })
 }

@@ -11,6 +11,12 @@
 (c) The scan writers alone (fed from memory) over N directories against N `dd bs=4M
     oflag=direct` writing to the same N directories in parallel. Target: >= 0.95. Medians of 3.
 
+(d) Capture CPU time per frame at 8.224 Gbit/s (monitoring, 1 GiB ring) against the plain
+    recvmmsg discard loop on the same socket set-up, and where the difference goes: the same
+    discard loop receiving into 1 GiB of memory slot after slot as the capture fills its ring
+    (the kernel's copy into memory not in cache), and the capture's own work per frame
+    (classification, accounting) measured on frames in memory. Medians of BENCH_COST_RUNS (3).
+
 BENCH_SCAN_DIRS (comma-separated) chooses the directories (default: three under the benchmark
 disk directory); give one directory per physical disk for figures that mean something.
 """
@@ -171,6 +177,44 @@ def two_streams(seconds: float) -> dict[str, float]:
     return {"a_ratio": s.frames_received / max(offered, 1)}
 
 
+def capture_cost(seconds: float, runs: int) -> dict[str, float]:
+    def discard(span: int) -> float:
+        rx = vdifrec._core.DiscardReceiver(span=span)
+        vdifrec.send(("127.0.0.1", rx.port), duration=seconds, fps=FPS)
+        time.sleep(0.3)
+        got = json.loads(rx.stop())
+        return float(got["cpu_s"] / max(got["datagrams"], 1) * 1e9)
+
+    def ours() -> float:
+        rec = vdifrec.Recorder(port=0, ring="1GiB", frame_size=FS)
+        rec.start()
+        assert rec.address is not None
+        vdifrec.send(rec.address, duration=seconds, fps=FPS)
+        time.sleep(0.3)
+        s = rec.stop()
+        return float(s.capture_cpu_s / max(s.frames_received, 1) * 1e9)
+
+    plain = statistics.median(discard(0) for _ in range(runs))
+    spread = statistics.median(discard(1 << 30) for _ in range(runs))
+    capture = statistics.median(ours() for _ in range(runs))
+    stages = json.loads(vdifrec._core.capture_stage_costs())
+    report(
+        f"(d) capture CPU per frame at 8.224 Gbit/s, {seconds:g} s each, median of {runs}",
+        [
+            ("vdifrec capture thread", capture, "ns/frame"),
+            ("discard loop, one small buffer", plain, "ns/datagram"),
+            ("discard loop, into 1 GiB slot after slot", spread, "ns/datagram"),
+            ("vdifrec classification, frames in memory", stages["classify_ns"], "ns/frame"),
+            ("vdifrec classification + accounting", stages["classify_and_account_ns"], "ns/frame"),
+        ],
+        [
+            ("vdifrec / discard loop (target <= 1.10)", capture / plain, "<= 1.10"),
+            ("vdifrec / discard loop into ring-sized memory", capture / spread, "close to 1"),
+        ],
+    )
+    return {"d_ratio": capture / plain, "d_ratio_same_memory": capture / spread}
+
+
 def dd_parallel(dirs: list[Path], mib: int) -> float:
     procs = []
     t0 = time.perf_counter()
@@ -197,6 +241,7 @@ def writers_alone(dirs: list[Path], mib: int) -> float:
 
 def main() -> dict[str, float]:
     results = two_streams(float(os.environ.get("BENCH_TWO_SECONDS", "10")))
+    results |= capture_cost(float(os.environ.get("BENCH_COST_SECONDS", "5")), int(os.environ.get("BENCH_COST_RUNS", "3")))
     results |= vbs_at_line_rate(float(os.environ.get("BENCH_SCAN_SECONDS", "60")))
     dirs = scan_dirs()
     mib = int(os.environ.get("BENCH_SCAN_MIB", "1024"))

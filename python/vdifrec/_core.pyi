@@ -44,6 +44,7 @@ __all__ = [
     "verify_sent",
     "writer_throughput",
     "scan_writer_throughput",
+    "capture_stage_costs",
     "__version__",
 ]
 
@@ -212,7 +213,7 @@ class RingView:
 class DiscardReceiver:
     """Benchmark baseline (bench builds only): a plain recvmmsg-and-discard loop."""
 
-    def __new__(cls, bind: str = "127.0.0.1", port: int = 0, rcvbuf: int = 268435456) -> DiscardReceiver: ...
+    def __new__(cls, bind: str = "127.0.0.1", port: int = 0, rcvbuf: int = 268435456, span: int = 0) -> DiscardReceiver: ...
     @property
     def port(self) -> int: ...
     def received(self) -> int: ...
@@ -282,6 +283,8 @@ def disk_write_test(
     directory: str | PathLike[str], block: int, threads: int, max_bytes: int, seconds: float
 ) -> tuple[float, bool]:
     """Host probe: (bytes per second, O_DIRECT used) of a short write test."""
+def capture_stage_costs(frames: int = 4000000, span: int = 1073741824) -> str:
+    """Benchmark probe (``bench`` builds): the capture's CPU time per frame on frames in memory; JSON."""
 def scan_writer_throughput(
     disks: list[str | PathLike[str]], total_bytes: int, format: str = "vbs", chunk_size: int = 268435456,
     writers: int = 3, frame_size: int = 8224,

@@ -118,7 +118,7 @@ def print_check_report(r: dict[str, Any], every_second: bool = False) -> None:
         print(f"file         {r['path']} ({r['file_bytes']} bytes)")
     print(
         f"format       {f['frame_size']}-byte frames, {kind}, {f['nchan']} ch x {f['bits']} bit "
-        f"{'complex' if f['complex'] else 'real'}, station {r['station_id']}"
+        f"{'complex' if f['complex'] else 'real'}, station {r['station']}"
     )
     print(f"frames       {r['frames']} in {len(r['threads'])} thread(s): {', '.join(map(str, r['threads']))}")
     print(f"rate         {r['frames_per_second']} frames/s per thread ({r['frames_per_second_source']})")

@@ -95,6 +95,8 @@ pub struct CheckReport {
     pub file_bytes: u64,
     pub format: StreamFormat,
     pub station_id: u32,
+    /// The station as operators write it: the two-character code where printable (`Kv`).
+    pub station: String,
     /// Frames of the stream found (good frames).
     pub frames: u64,
     pub threads: Vec<u32>,
@@ -368,6 +370,7 @@ impl Scanner {
             file_bytes,
             format: self.format,
             station_id: self.station.unwrap_or(0),
+            station: crate::vdif::header::station_name_of(self.station.unwrap_or(0)),
             frames: self.frames,
             threads: per_thread.iter().map(|t| t.thread).collect(),
             frames_per_second: fps,

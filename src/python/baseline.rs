@@ -19,12 +19,13 @@ pub struct DiscardReceiver {
 #[pymethods]
 impl DiscardReceiver {
     #[new]
-    #[pyo3(signature = (bind="127.0.0.1", port=0, rcvbuf=268435456))]
-    fn new(bind: &str, port: u16, rcvbuf: usize) -> PyResult<Self> {
+    #[pyo3(signature = (bind="127.0.0.1", port=0, rcvbuf=268435456, span=0))]
+    fn new(bind: &str, port: u16, rcvbuf: usize, span: usize) -> PyResult<Self> {
         let r = crate::baseline::DiscardReceiver::start(
             crate::options::ip("bind", bind).map_err(arg_err)?,
             port,
             rcvbuf,
+            span,
         )
         .map_err(|e| RecorderError::new_err(e.to_string()))?;
         let port = r.local.port();
@@ -125,11 +126,23 @@ fn scan_writer_throughput(
     to_json(&r)
 }
 
+/// Benchmark probe: the capture's own CPU time per frame on frames in memory (JSON: frames,
+/// classify_ns, classify_and_account_ns).
+#[pyfunction]
+#[pyo3(signature = (frames=4000000, span=1073741824))]
+fn capture_stage_costs(py: Python<'_>, frames: u64, span: usize) -> PyResult<String> {
+    let r = py
+        .detach(|| crate::baseline::capture_stage_costs(frames, span))
+        .map_err(RecorderError::new_err)?;
+    to_json(&r)
+}
+
 /// Registers the baselines on the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<DiscardReceiver>()?;
     m.add_function(wrap_pyfunction!(writer_throughput, m)?)?;
     m.add_function(wrap_pyfunction!(scan_writer_throughput, m)?)?;
+    m.add_function(wrap_pyfunction!(capture_stage_costs, m)?)?;
     m.add_function(wrap_pyfunction!(plain_lut_decode, m)?)?;
     Ok(())
 }

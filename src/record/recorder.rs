@@ -220,12 +220,12 @@ fn free_space_note(
 
 /// CPUs for scan writers: those this process may use other than the capture's, when there
 /// are four or more (fewer: the scheduler places them).
-fn writer_cpus(capture_cpu: Option<usize>) -> Vec<usize> {
+fn writer_cpus(capture_cpus: &[usize]) -> Vec<usize> {
     let cpus: Vec<usize> = core_affinity::get_core_ids()
         .unwrap_or_default()
         .into_iter()
         .map(|c| c.id)
-        .filter(|c| Some(*c) != capture_cpu)
+        .filter(|c| !capture_cpus.contains(c))
         .collect();
     if cpus.len() >= 3 {
         cpus
@@ -427,6 +427,8 @@ pub struct Recorder {
     disks: Option<Arc<DiskSet>>,
     /// Scan names used in this run (a repeated name gets a suffix even before it is on disk).
     scan_names: Vec<String>,
+    /// The CPUs the captures are pinned to (scan writers keep off them).
+    capture_cpus: Vec<usize>,
     config: RecorderConfig,
     started: Instant,
     summary: Option<Summary>,
@@ -470,7 +472,13 @@ impl Recorder {
             config.capture_cpu,
         )?];
         let more = config.more_streams.clone();
-        for (addr, cpu) in more.into_iter().zip(more_capture_cpus(&config)) {
+        let more_cpus = more_capture_cpus(&config);
+        let capture_cpus: Vec<usize> = config
+            .capture_cpu
+            .into_iter()
+            .chain(more_cpus.iter().flatten().copied())
+            .collect();
+        for (addr, cpu) in more.into_iter().zip(more_cpus) {
             let sh = Arc::new(shared.another_stream());
             match start_stream(&config, addr, sh, cpu) {
                 Ok(s) => streams.push(s),
@@ -527,6 +535,7 @@ impl Recorder {
             gate,
             disks,
             scan_names: Vec::new(),
+            capture_cpus,
             config,
             started: Instant::now(),
             summary: None,
@@ -701,26 +710,41 @@ impl Recorder {
         let window = Window::new(req.start, req.stop, fps)
             .map_err(|(name, why)| ScanCommandError::BadTime { name, why })?;
         let name = unused_name(&req.name, disks, &self.scan_names);
+        if name.len() > layout::MAX_SCAN_NAME {
+            return Err(ScanCommandError::BadName(format!(
+                "a scan {} exists, and with jive5ab's suffix ({name}) the name is longer than {} characters: choose another name",
+                req.name,
+                layout::MAX_SCAN_NAME
+            )));
+        }
         let alive = disks.alive();
         if alive.is_empty() {
             return Err(ScanCommandError::NoDiskLeft);
         }
-        let frame_size = self.config.frame_size.unwrap_or(c.frame_size);
-        let bits_per_second = match (fps, frame_size) {
-            (Some(f), fs) if fs > 0 => {
-                // Threads multiply the rate; the capture has seen how many there are.
-                f as f64 * fs as f64 * 8.0 * c.totals.threads.max(1) as f64
-            }
-            _ => 0.0,
-        };
+        // The rate of every stream together: frames per second per thread (given or seen), the
+        // frame size (given or seen), the threads each stream has shown.
+        let bits_per_second: f64 = self
+            .streams
+            .iter()
+            .map(|s| {
+                let c = s.shared.capture_stats();
+                let f = self.config.fps.unwrap_or(c.frames_per_second) as f64;
+                let fs = self.config.frame_size.unwrap_or(c.frame_size) as f64;
+                f * fs * 8.0 * c.totals.threads.max(1) as f64
+            })
+            .sum();
         let usable = if setup.format == Format::File {
             1
         } else {
             alive.len()
         };
-        let writers = setup
-            .writers
-            .unwrap_or_else(|| crate::record::scan::default_writers(bits_per_second, usable));
+        // One file is written in order by one writer.
+        let writers = match setup.format {
+            Format::File => 1,
+            _ => setup
+                .writers
+                .unwrap_or_else(|| crate::record::scan::default_writers(bits_per_second, usable)),
+        };
         let mut notes = vec![format!(
             "scan {name}: {} on {} disk(s), {writers} writer(s)",
             setup.format.name(),
@@ -751,7 +775,7 @@ impl Recorder {
             direct: setup.direct,
             fps,
             split: setup.split,
-            writer_cpus: writer_cpus(self.config.capture_cpu),
+            writer_cpus: writer_cpus(&self.capture_cpus),
             notes,
         };
         self.scan_names.push(name.clone());

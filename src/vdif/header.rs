@@ -451,13 +451,7 @@ impl Header {
     /// The station as operators write it: VDIF's two-character code where printable (`Kv`),
     /// the number otherwise (`station_code` is the inverse).
     pub fn station_name(&self) -> String {
-        let id = self.station_id();
-        let (hi, lo) = ((id >> 8) as u8, (id & 0xff) as u8);
-        if (48..128).contains(&hi) && lo.is_ascii_graphic() {
-            format!("{}{}", hi as char, lo as char)
-        } else {
-            id.to_string()
-        }
+        station_name_of(self.station_id())
     }
 
     /// Complete samples per frame per channel. Samples are not split across 32-bit words
@@ -646,6 +640,17 @@ fn read_word(bytes: &[u8], i: usize) -> u32 {
         bytes[4 * i + 2],
         bytes[4 * i + 3],
     ])
+}
+
+/// A station id as operators write it: `Kv` where the id is two printable characters (the
+/// first a digit or letter), the number otherwise.
+pub fn station_name_of(id: u32) -> String {
+    let (hi, lo) = ((id >> 8) as u8, (id & 0xff) as u8);
+    if id <= 0xffff && (48..128).contains(&hi) && lo.is_ascii_graphic() {
+        format!("{}{}", hi as char, lo as char)
+    } else {
+        id.to_string()
+    }
 }
 
 /// The station id of a two-character code such as `Kv` (the first character's byte in the

@@ -134,12 +134,17 @@ pub fn mk6_path(disk: &Path, scan: &str) -> PathBuf {
     disk.join(scan)
 }
 
-/// The JSON summary written beside a scan: inside the vbs directory, beside the file or the
-/// Mark6 file otherwise. Its name matches neither jive5ab's chunk pattern nor a Mark6 header.
+/// Where vdifrec keeps the summaries of `file` and `mk6` scans on a disk: a directory of its
+/// own, so that a glob of a scan's files (`mk6gather '<disk>/<scan>*'`) and jive5ab's listing of
+/// a Mark6 disk see only the scan's data.
+pub const SUMMARY_DIR: &str = ".vdifrec";
+
+/// The JSON summary written beside a scan: inside the vbs directory (its name matches no
+/// chunk), in `<disk>/.vdifrec/` for the other formats.
 pub fn summary_path(disk: &Path, scan: &str, format: Format) -> PathBuf {
     match format {
         Format::Vbs => vbs_dir(disk, scan).join(format!("{scan}.summary.json")),
-        Format::File | Format::Mk6 => disk.join(format!("{scan}.summary.json")),
+        Format::File | Format::Mk6 => disk.join(SUMMARY_DIR).join(format!("{scan}.summary.json")),
     }
 }
 

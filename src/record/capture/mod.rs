@@ -63,6 +63,12 @@ pub trait Backend: Send {
     /// Datagrams the kernel dropped for lack of buffer space, since the start.
     fn kernel_drops(&mut self) -> u64;
 
+    /// Waits at most `timeout` for a datagram to be there to receive; whether one is (true
+    /// where the backend cannot tell: `receive` then waits itself).
+    fn wait_readable(&mut self, _timeout: Duration) -> bool {
+        true
+    }
+
     /// IP fragments to our port seen so far (backends that see whole packets cannot
     /// reassemble them; the udp backend never sees them).
     fn fragments(&self) -> u64 {
@@ -133,8 +139,14 @@ pub fn run(backend: Box<dyn Backend>, setup: CaptureSetup) {
     }
     let mut cap = Capture::new(backend, setup);
     shared.set_capture_ready(true);
+    let mut idle = false;
     while cap.keeps_going() {
         cap.publish_now_and_then();
+        // A stream with nothing to receive waits here, holding none of the frame limit, so
+        // another stream with frames waiting can take the rest of it.
+        if idle && !cap.backend.wait_readable(Duration::from_millis(50)) {
+            continue;
+        }
         let batch = cap.place_batch();
         if batch.max == 0 {
             // Another stream holds the last frames of the limit for now.
@@ -142,6 +154,7 @@ pub fn run(backend: Box<dyn Backend>, setup: CaptureSetup) {
             continue;
         }
         let n = cap.receive(&batch);
+        idle = n == 0;
         let accepted = if n == 0 {
             0
         } else if cap.format.is_none() {

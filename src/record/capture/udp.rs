@@ -180,6 +180,16 @@ fn set_receive_buffer(socket: &Socket, want: usize) -> String {
 }
 
 impl Backend for UdpBackend {
+    fn wait_readable(&mut self, timeout: std::time::Duration) -> bool {
+        let mut fd = libc::pollfd {
+            fd: self.socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one descriptor we own, for at most `timeout`.
+        unsafe { libc::poll(&mut fd, 1, timeout.as_millis() as libc::c_int) > 0 }
+    }
+
     unsafe fn receive(
         &mut self,
         dst: *mut u8,

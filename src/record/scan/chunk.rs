@@ -242,13 +242,20 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
         .to_bytes();
         let mut all: Vec<&[u8]> = vec![&header];
         all.extend(pieces(ring, job));
-        open.largest_block = open.largest_block.max(wb_size);
         header_bytes += header.len() as u64;
-        diskio::write_pieces_at(&open.file, &all, start, budget)
-            .and_then(|()| diskio::write_back(&open.file, start, wb_size).map_err(|e| (wb_size, e)))
+        let r = diskio::write_pieces_at(&open.file, &all, start, budget).and_then(|()| {
+            diskio::write_back(&open.file, start, wb_size).map_err(|e| (wb_size, e))
+        });
+        if r.is_ok() {
+            open.largest_block = open.largest_block.max(wb_size);
+        }
+        r
     } else {
         diskio::preallocate(&open.file, start, bytes);
+        // Buffered parts are flushed now, so a failing disk shows while the frames are still
+        // in the ring (O_DIRECT parts are on the disk already).
         write_frames(&open.file, &mut open.direct, ring, job, start, budget)
+            .and_then(|()| diskio::write_back(&open.file, start, bytes).map_err(|e| (bytes, e)))
     };
     if let Err((n, e)) = result {
         // Cut the file back to where this chunk began: it stays valid up to there.
@@ -288,12 +295,14 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
 }
 
 /// Closes the scan's open files on a disk (one, or one per data stream): trimmed, the Mark6
-/// header's block size set to the largest block written, synced. Returns (path, size) of each
+/// header's block size set to the scan's largest block, synced. Returns (path, size) of each
 /// file, and the first failure.
+/// `block_size`: the scan's largest Mark6 block, header included (the same in every file).
 pub fn close_scan_files(
     disk: &Disk,
     format: Format,
     frame_size: usize,
+    block_size: u64,
 ) -> (Vec<(PathBuf, u64)>, Option<String>) {
     let mut state = disk.state.lock().unwrap();
     let mut closed = Vec::new();
@@ -301,8 +310,7 @@ pub fn close_scan_files(
     for open in state.open.drain(..) {
         let mut result = Ok(());
         if format == Format::Mk6 {
-            let header =
-                Mk6FileHeader::vdif(open.largest_block as u32, frame_size as u32).to_bytes();
+            let header = Mk6FileHeader::vdif(block_size as u32, frame_size as u32).to_bytes();
             let mut direct = false;
             result = diskio::write_all_at(&open.file, &mut direct, &header, 0, Budget::none())
                 .map_err(|(_, e)| format!("writing the header of {}: {e}", open.path.display()));

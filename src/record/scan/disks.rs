@@ -7,6 +7,7 @@ use crate::record::diskio::Fault;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 
 /// A file of the scan kept open on a disk between chunks (the `file` and `mk6` formats).
@@ -43,6 +44,15 @@ pub struct Disk {
     pub path: PathBuf,
     pub fault: Option<Fault>,
     pub state: Mutex<DiskState>,
+    /// The disk has left the set (read without the state's lock, which a writer holds for a
+    /// whole chunk).
+    gone: AtomicBool,
+}
+
+impl Disk {
+    pub fn gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
 }
 
 pub struct DiskSet {
@@ -59,6 +69,7 @@ impl DiskSet {
                 path: p.clone(),
                 fault: faults.iter().find(|(d, _)| d == p).map(|(_, f)| *f),
                 state: Mutex::new(DiskState::default()),
+                gone: AtomicBool::new(false),
             })
             .collect();
         DiskSet {
@@ -77,7 +88,7 @@ impl DiskSet {
             s.scan_frame_bytes = 0;
             s.scan_chunks = 0;
             s.open.clear();
-            if s.dropped.is_none() {
+            if !d.gone() {
                 ready.push_back(i);
             }
         }
@@ -86,7 +97,7 @@ impl DiskSet {
     /// The disks still in the set.
     pub fn alive(&self) -> Vec<usize> {
         (0..self.disks.len())
-            .filter(|i| self.disks[*i].state.lock().unwrap().dropped.is_none())
+            .filter(|i| !self.disks[*i].gone())
             .collect()
     }
 
@@ -96,7 +107,7 @@ impl DiskSet {
         loop {
             while let Some(i) = ready.pop_front() {
                 // A disk dropped while it waited in the queue stays out.
-                if self.disks[i].state.lock().unwrap().dropped.is_none() {
+                if !self.disks[i].gone() {
                     return Some(i);
                 }
             }
@@ -114,6 +125,7 @@ impl DiskSet {
     }
 
     /// Disk `i` failed or filled: it leaves the set for the rest of the run.
+    /// The caller must not hold the disk's state lock.
     pub fn drop_disk(&self, i: usize, why: String) {
         self.disks[i]
             .state
@@ -121,7 +133,10 @@ impl DiskSet {
             .unwrap()
             .dropped
             .get_or_insert(why);
-        // Writers waiting for a disk must see whether any is left.
+        // Under the queue's lock, so a writer between its check and its wait cannot miss
+        // the wake-up: writers waiting for a disk must see whether any is left.
+        let _ready = self.ready.lock().unwrap();
+        self.disks[i].gone.store(true, Ordering::Release);
         self.cv.notify_all();
     }
 }

@@ -32,8 +32,10 @@ use std::time::{Duration, Instant};
 const IDLE_WAIT: Duration = Duration::from_micros(200);
 /// Most frames examined before the gate looks at commands and completions again.
 const FRAMES_PER_PASS: u64 = 8192;
-/// After the first frame at or past the stop time, how long stragglers of other threads may
-/// still arrive before the scan is closed.
+/// A scan with a stop time ends once every thread's newest frame lies past it for this long
+/// (a single stray frame with a later time is followed by the thread's next frame long
+/// before), or once frames past the stop came and none inside the window for `STOP_GRACE`.
+const STOP_SETTLE: Duration = Duration::from_millis(100);
 const STOP_GRACE: Duration = Duration::from_millis(500);
 
 /// A scan ready to run: its name resolved, its window and writers decided.
@@ -237,6 +239,11 @@ struct Active {
     /// captures ended.
     closing: bool,
     past_stop_since: Option<Instant>,
+    /// Whether each (stream, thread)'s newest frame lies past the stop, and since when all
+    /// of them do.
+    past: HashMap<(usize, u32), bool>,
+    all_past_since: Option<Instant>,
+    last_inside: Option<Instant>,
     notes: Vec<String>,
 }
 
@@ -285,7 +292,7 @@ impl GateLoop {
                     .iter()
                     .zip(&self.inputs)
                     .all(|(p, i)| i.done || p.stop_at.is_some_and(|s| i.pos >= s));
-                if stopped || a.past_stop_since.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
+                if stopped || a.window_has_passed() {
                     a.closing = true;
                 }
                 if a.closing {
@@ -429,6 +436,9 @@ impl GateLoop {
             last_frame: None,
             closing: false,
             past_stop_since: None,
+            past: HashMap::new(),
+            all_past_since: None,
+            last_inside: None,
             notes,
         };
         for (k, i) in self.inputs.iter().enumerate() {
@@ -481,8 +491,19 @@ impl GateLoop {
         let frame_size = first_base.as_ref().map_or(0, |b| b.frame_size);
         let mut chunks_per_disk = vec![0u64; self.disks.disks.len()];
         if format != Format::Vbs {
+            // Every Mark6 file of the scan names the scan's largest block.
+            let block_size = self
+                .disks
+                .disks
+                .iter()
+                .flat_map(|d| {
+                    let s = d.state.lock().unwrap();
+                    s.open.iter().map(|o| o.largest_block).collect::<Vec<_>>()
+                })
+                .max()
+                .unwrap_or(0);
             for (i, d) in self.disks.disks.iter().enumerate() {
-                let (closed, e) = chunk::close_scan_files(d, format, frame_size);
+                let (closed, e) = chunk::close_scan_files(d, format, frame_size, block_size);
                 chunks_per_disk[i] = closed.len() as u64;
                 for (path, bytes) in closed {
                     files.push(FileRecord {
@@ -648,6 +669,9 @@ impl GateLoop {
                 if format == Format::Vbs && !path.parent().is_some_and(|p| p.is_dir()) {
                     continue;
                 }
+                if let Some(dir) = path.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
                 // A failing disk may refuse this too; the summary is still returned.
                 let _ = std::fs::write(&path, s.to_json());
             }
@@ -707,9 +731,12 @@ impl Active {
             Place::Before => false,
             Place::After => {
                 self.past_stop_since.get_or_insert_with(Instant::now);
+                self.past.insert((k, h.thread_id()), true);
                 false
             }
             Place::Inside => {
+                self.past.insert((k, h.thread_id()), false);
+                self.last_inside = Some(Instant::now());
                 let part = &mut self.parts[k];
                 part.acc.set_wall_clock(now_wall);
                 part.acc.frame(&h, Fate::Buffered);
@@ -722,6 +749,24 @@ impl Active {
                 true
             }
         }
+    }
+
+    /// The stop time has passed for good: every thread's newest frame lies past it (and has
+    /// for `STOP_SETTLE`), or frames past it came and none inside the window for `STOP_GRACE`.
+    fn window_has_passed(&mut self) -> bool {
+        let Some(since) = self.past_stop_since else {
+            return false;
+        };
+        if self.past.values().all(|p| *p) {
+            let t = *self.all_past_since.get_or_insert_with(Instant::now);
+            if t.elapsed() >= STOP_SETTLE {
+                return true;
+            }
+        } else {
+            self.all_past_since = None;
+        }
+        let quiet = self.last_inside.map_or(since, |t| t.max(since));
+        quiet.elapsed() >= STOP_GRACE
     }
 
     /// The data stream frame `h` of stream `k` belongs to (created at its first frame).

@@ -50,9 +50,18 @@ impl Writers {
         cpus: &[usize],
     ) -> std::io::Result<Writers> {
         let log = Arc::new(Mutex::new(WriterLog::default()));
+        // A writer takes the next chunk and its disk in one turn, so chunks reach each disk in
+        // the order they are numbered (a Mark6 file's blocks increase, a file stays in order).
+        let turn = Arc::new(Mutex::new(()));
         let mut handles = Vec::new();
         for k in 0..n {
-            let (disks, jobs, done, log) = (disks.clone(), jobs.clone(), done.clone(), log.clone());
+            let (disks, jobs, done, log, turn) = (
+                disks.clone(),
+                jobs.clone(),
+                done.clone(),
+                log.clone(),
+                turn.clone(),
+            );
             let cpu = (!cpus.is_empty()).then(|| cpus[k % cpus.len()]);
             handles.push(
                 std::thread::Builder::new()
@@ -64,8 +73,13 @@ impl Writers {
                                 log.lock().unwrap().notes.push(note);
                             }
                         }
-                        for job in jobs.iter() {
-                            let d = write_somewhere(&disks, &job, &log);
+                        loop {
+                            let (job, disk) = {
+                                let _turn = turn.lock().unwrap();
+                                let Ok(job) = jobs.recv() else { break };
+                                (job, disks.take())
+                            };
+                            let d = write_somewhere(&disks, &job, disk, &log);
                             let _ = done.send(d);
                         }
                     })?,
@@ -87,12 +101,26 @@ impl Writers {
     }
 }
 
-fn write_somewhere(disks: &DiskSet, job: &ChunkJob, log: &Mutex<WriterLog>) -> Done {
+/// Writes `job` to `first` (a disk taken for it), or, when that fails, to the next ready
+/// disk, until one takes it or none is left.
+fn write_somewhere(
+    disks: &DiskSet,
+    job: &ChunkJob,
+    mut first: Option<usize>,
+    log: &Mutex<WriterLog>,
+) -> Done {
     let out: &ScanOut = &job.out;
     let ring: &Ring = &job.ring;
     let bytes = job.frames * out.frame_size as u64;
+    let mut tried = 0;
     loop {
-        let Some(d) = disks.take() else {
+        let next = if tried == 0 {
+            first.take()
+        } else {
+            disks.take()
+        };
+        tried += 1;
+        let Some(d) = next else {
             let mut l = log.lock().unwrap();
             l.bytes_dropped += bytes;
             l.error.get_or_insert_with(|| {
