@@ -125,7 +125,7 @@ def vbs_at_line_rate(seconds: float) -> dict[str, float]:
         [
             ("frames sent", sent["frames_sent"], "frames"),
             ("frames in the scan", s.frames, "frames"),
-            ("lost (network + kernel)", s.frames_lost, "frames"),
+            ("lost in the scan (gaps, ring overflows included)", s.frames_lost, "frames"),
             ("ring overflows (disks too slow)", s.ring_overflows, "frames"),
             ("bytes written / dropped on the way to disk", s.bytes_written, f"/ {s.bytes_dropped_disk}"),
             ("chunks checked and deleted (bad)", reaper.checked, f"({reaper.bad})"),
@@ -231,7 +231,7 @@ def dd_parallel(dirs: list[Path], mib: int) -> float:
 
 def writers_alone(dirs: list[Path], mib: int) -> float:
     total = len(dirs) * mib * 2**20
-    r = json.loads(vdifrec._core.scan_writer_throughput([str(d) for d in dirs], total, "vbs", 64 << 20, len(dirs)))
+    r = json.loads(vdifrec._core.scan_writer_throughput([str(d) for d in dirs], total, "vbs", 256 << 20, len(dirs)))
     for d in dirs:
         shutil.rmtree(d / "bench_scan", ignore_errors=True)
     if r["error"]:
@@ -250,7 +250,7 @@ def main() -> dict[str, float]:
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
     report(
-        f"(c) scan writers alone (fed from memory, vbs, 64 MiB chunks, {len(dirs)} writers) vs {len(dirs)} x dd bs=4M "
+        f"(c) scan writers alone (fed from memory, vbs, 256 MiB chunks, {len(dirs)} writers) vs {len(dirs)} x dd bs=4M "
         f"oflag=direct in parallel, {mib} MiB per directory, median of 3",
         [("vdifrec scan writers", ours / 1e9, "GB/s"), ("dd in parallel", dd / 1e9, "GB/s")],
         [("vdifrec / dd", ours / dd, ">= 0.95")],

@@ -862,13 +862,9 @@ impl Active {
 
     /// When chunks still filling hold most of stream `k`'s ring (a split scan whose data
     /// streams each fill a chunk), the oldest goes out short rather than let the ring fill.
+    /// Chunks already with the writers do not count: sending a chunk early cannot make a slow
+    /// disk faster, only the chunks smaller.
     fn relieve(&mut self, k: usize, ring: &Arc<Ring>, pos: u64) {
-        let Some(low) = self.lowest_held(k) else {
-            return;
-        };
-        if (pos - low) * 4 < ring.nslots() * 3 {
-            return;
-        }
         let oldest = (0..self.streams.len())
             .filter(|d| self.streams[*d].input == k)
             .filter_map(|d| {
@@ -876,7 +872,10 @@ impl Active {
                 Some((first, d))
             })
             .min();
-        if let Some((_, d)) = oldest {
+        let Some((first, d)) = oldest else {
+            return;
+        };
+        if (pos - first) * 4 >= ring.nslots() * 3 {
             self.send_building(d, ring);
         }
     }
