@@ -215,7 +215,7 @@ def _cases() -> list[Case]:
     flag("record", "--format", {"mk5": "file, vbs or mk6"}, **scan)
     flag("record", "--chunk-size", {"0": "at least", "1XB": SIZE_UNITS}, **scan)
     flag("record", "--writers", {"0": r"1\.\.64", "abc": WHOLE}, **scan)
-    flag("record", "--split", {"port": "thread or station", "sender": "thread or station"}, **scan)
+    flag("record", "--split", {"port": "thread, station or sender", "": "thread, station or sender"}, **scan)
     flag("record", "--disk-fault", {"nonsense": "DIR=full@SIZE", "{tmp}=melt@1MiB": "full or error",
                                     "/elsewhere=full@1MiB": "not one of the disks"}, **scan)
 

@@ -169,7 +169,9 @@ def test_a_vdif_time_window_holds_exactly_its_frames(tmp_path: Path, fmt: str) -
         tmp_path,
         dict(disks=[str(x) for x in ds], fps=FPS, chunk_size="1MiB"),
         dict(frames=30_000, fps=FPS, record_sent=sent_file, **START),
-        scan=dict(name="w", start=f"{T0}.25", stop="2026y182d00h33m21.5s"),
+        # The same window as UTC text, or as VDIF time (reference epoch, seconds since it).
+        scan=dict(name="w", start=f"{T0}.25", stop="2026y182d00h33m21.5s") if fmt == "file"
+        else dict(name="w", start=(53, 2000.25), stop="53:2001.5"),
     )
     sent = frames_of(sent_file)
     _, sec, fnr = vdif_keys(sent)
@@ -244,8 +246,11 @@ def test_when_every_disk_fills_the_scan_says_exactly_what_was_dropped(tmp_path: 
     assert all(x.dropped and "No space left" in x.dropped for x in s.disks)
     assert s.error is not None and "no disk is left" in s.error
     assert s.invariant_holds and run.invariant_holds and not run.ok
-    # The chunks that did reach the disks are whole and in order: chunk numbers 0..k-1.
-    assert sorted(vbs_chunks(ds, "kvn_scan1")) == list(range(len(vbs_chunks(ds, "kvn_scan1"))))
+    # The chunks that did reach the disks are whole; those missing are what was dropped (with
+    # two writers a chunk retried after a full disk can be the one lost, a later one kept).
+    on_disk = vbs_chunks(ds, "kvn_scan1")
+    assert set(on_disk) <= set(range(s.chunks)) and len(on_disk) < s.chunks
+    assert all(p.stat().st_size % FS == 0 for p in on_disk.values())
 
 
 def test_a_disk_that_really_fills_leaves_the_set(tmp_path: Path) -> None:
@@ -269,6 +274,21 @@ def test_a_disk_that_really_fills_leaves_the_set(tmp_path: Path) -> None:
         assert len(left_out(frames_of(sent_file), frames_of(data))) == d.kernel_drops
     finally:
         subprocess.run(["umount", str(ds[0])], check=False)
+
+
+def test_a_missing_last_chunk_is_a_gap_too(tmp_path: Path) -> None:
+    """The recorder's summary beside the scan says how many chunks it wrote: a reader given
+    disks without the last ones reports them missing rather than a shorter scan."""
+    ds = disks(tmp_path, 2)
+    _, s, _, _ = record(tmp_path, dict(disks=[str(x) for x in ds], chunk_size="1MiB"), dict(frames=3000, fps=FPS, **START))
+    chunks = vbs_chunks(ds, "kvn_scan1")
+    last = max(chunks)
+    assert last + 1 == s.chunks
+    chunks[last].unlink()
+    with pytest.raises(vdifrec.GapError, match=f"chunk {last} missing"):
+        vdifrec.open("kvn_scan1", disks=[str(x) for x in ds])
+    listed = vdifrec.scans([str(x) for x in ds])
+    assert [x["missing"] for x in listed if x["name"] == "kvn_scan1"] == [[last]]
 
 
 def test_scan_names_are_checked_and_never_overwrite(tmp_path: Path) -> None:
@@ -390,6 +410,27 @@ def test_several_streams_need_scans_or_monitoring(tmp_path: Path) -> None:
         vdifrec.Recorder(port="46227,46227")
     with pytest.raises(vdifrec.ArgumentError, match="^ports: give port or ports"):
         vdifrec.Recorder(port=5, ports=[6])
+
+
+def test_split_by_sender_writes_one_exact_scan_per_sender(tmp_path: Path) -> None:
+    ds = disks(tmp_path, 2)
+    rec = vdifrec.Recorder(port=0, ring="64MiB", frame_size=FS, disks=[str(x) for x in ds], split="sender", chunk_size="1MiB")
+    rec.start()
+    rec.start_scan("by")
+    drops = 0
+    # One sender after the other: the first to arrive is data stream 0.
+    for k in range(2):
+        sent = vdifrec.send(rec.address, frames=4000 + 1000 * k, fps=FPS, record_sent=tmp_path / f"s{k}.vdif", **START)
+        drops += delivered(rec.address, sent["frames_sent"]).kernel_drops
+    s = rec.stop_scan()
+    rec.stop()
+    lost = 0
+    for k in range(2):
+        data = frames_of(gather_vbs(ds, f"by_ds{k}"))
+        lost += len(left_out(frames_of(tmp_path / f"s{k}.vdif"), data))
+    assert lost == drops and s.invariant_holds
+    assert sorted(x["name"] for x in s.data_streams) == ["by_ds0", "by_ds1"]
+    assert any(n.startswith("data stream by_ds1: frames from 127.0.0.1:") for n in s.notes)
 
 
 def test_record_command_writes_a_scan(tmp_path: Path) -> None:

@@ -42,7 +42,10 @@ def _utc_text(name: str, value: Any) -> str | None:
         return when.isoformat()
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return repr(float(value)) if isinstance(value, float) else str(value)
-    raise _core.ArgumentError(f"{name}: {value!r} is not a time: give a datetime, UTC text or POSIX seconds")
+    if isinstance(value, tuple) and len(value) == 2:
+        # VDIF time: (reference epoch, seconds since it).
+        return f"{value[0]}:{value[1]!r}" if isinstance(value[1], float) else f"{value[0]}:{value[1]}"
+    raise _core.ArgumentError(f"{name}: {value!r} is not a time: give a datetime, UTC text, POSIX seconds or (ref_epoch, seconds)")
 
 
 def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int | None:
@@ -151,9 +154,10 @@ class Recorder:
         Scan writer threads (default: one per 5 Gbit/s of the stream plus one, at most one per
         disk). A chunk goes to whichever disk is ready next: a slow disk gets fewer.
     split : str, optional
-        ``"thread"`` or ``"station"``: each VDIF thread (or station) of a scan is written as a
-        scan of its own, ``<scan>_ds<key>`` (key: the thread number, or the station's
-        two-character code where printable), as jive5ab names data streams.
+        ``"thread"``, ``"station"`` or ``"sender"``: each VDIF thread (station, sender) of a
+        scan is written as a scan of its own, ``<scan>_ds<key>`` (key: the thread number, the
+        station's two-character code where printable, or the sender's index in order of first
+        arrival, over all streams), as jive5ab names data streams.
     disk_faults : dict, optional
         Test aid: ``{disk: "full@64MiB"}`` or ``"error@1GiB"`` makes that disk fill or fail
         after so many bytes (it then leaves the set; its chunk goes to another disk).
@@ -187,10 +191,11 @@ class Recorder:
         name : str
             Letters, digits, ``_`` and ``-`` (at most 64). A name already on the disks (or used
             in this run) gets jive5ab's suffix: ``kvn_scan1a``, ``kvn_scan1b``, ...
-        start, stop : datetime, str or float, optional
+        start, stop : datetime, str, float or (int, float), optional
             The scan holds exactly the frames whose VDIF time is in ``[start, stop)``: a
-            ``datetime`` (naive means UTC), text (``"2026-11-30T22:48:47.5"`` or
-            ``"2026y334d22h48m47.5s"``) or POSIX seconds. Without ``start`` the scan begins with
+            ``datetime`` (naive means UTC), text (``"2026-11-30T22:48:47.5"``,
+            ``"2026y334d22h48m47.5s"``, or VDIF time ``"53:13271327.5"``: reference epoch and
+            seconds since it), POSIX seconds, or VDIF time as ``(ref_epoch, seconds)``. Without ``start`` the scan begins with
             the next frame; without ``stop`` it runs until ``stop_scan()``. With ``stop`` it ends
             by itself: ``wait_scan()`` returns its summary.
         """

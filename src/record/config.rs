@@ -448,6 +448,13 @@ impl RecorderConfig {
         Ok(())
     }
 
+    /// Whether each frame is tagged with its sender (scans split by sender).
+    pub fn tags_senders(&self) -> bool {
+        self.scans
+            .as_ref()
+            .is_some_and(|s| s.split == Some(Split::Sender))
+    }
+
     /// Whether frames go to disk (a continuous recording, or scans): the ring then has a
     /// consumer and the capture never overwrites what it has not released.
     pub fn writes(&self) -> bool {
@@ -662,10 +669,10 @@ fn scans(o: &RecorderOptions) -> Result<Option<ScanSetup>, ArgError> {
     }
     let split = match o.split.as_deref() {
         None => None,
-        Some("sender") => {
+        Some("sender") if o.backend != "udp" => {
             return Err(ArgError::new(
                 "split",
-                "sender: the capture does not keep which sender a frame came from yet; split by thread or station",
+                "sender: the senders' addresses are told by the udp backend only; split by thread or station, or use the udp backend",
             ))
         }
         Some(x) => Some(Split::parse(x).ok_or_else(|| {

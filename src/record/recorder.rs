@@ -312,6 +312,7 @@ fn open_backend(config: &RecorderConfig) -> Result<OpenedBackend, RecordError> {
                 multicast: config.multicast,
                 rcvbuf: config.rcvbuf as usize,
                 offset: config.offset,
+                senders: config.tags_senders(),
             })?;
             OpenedBackend {
                 backend: Box::new(b),
@@ -384,6 +385,7 @@ fn start_stream(
         has_writer,
         cpu,
         big_endian: config.big_endian,
+        tag_senders: config.tags_senders(),
     };
     let capture = std::thread::Builder::new()
         .name("vdifrec-capture".into())
@@ -1214,6 +1216,58 @@ mod tests {
             assert_eq!(gather_vbs(&ds, &d.name).0, want, "thread {t}");
             assert_eq!(d.frames, 1000);
         }
+    }
+
+    #[test]
+    fn a_scan_split_by_sender_is_one_exact_scan_per_sender() {
+        let ds = disks("senders", 2);
+        let mut rec = Recorder::start(RecorderConfig {
+            ring_bytes: 16 << 20,
+            frame_size: Some(8224),
+            fps: Some(2000),
+            scans: Some(ScanSetup {
+                disks: ds.clone(),
+                format: Format::Vbs,
+                chunk_bytes: Some(1 << 20),
+                writers: Some(2),
+                faults: Vec::new(),
+                direct: true,
+                split: Some(crate::record::scan::Split::Sender),
+            }),
+            ..Default::default()
+        })
+        .unwrap();
+        rec.start_scan(ScanRequest {
+            name: "by".into(),
+            start: None,
+            stop: None,
+        })
+        .unwrap();
+        let root = ds[0].parent().unwrap().to_path_buf();
+        // One sender after the other: the first to arrive is data stream 0.
+        for k in 0..2 {
+            send(
+                &rec,
+                spec(),
+                1500 + 500 * k as u64,
+                "",
+                &root.join(format!("sent{k}.vdif")),
+            );
+        }
+        let s = rec.stop_scan().unwrap();
+        assert!(s.invariant_holds, "{s:#?}");
+        for k in 0..2 {
+            let name = format!("by_ds{k}");
+            assert_eq!(
+                gather_vbs(&ds, &name).0,
+                std::fs::read(root.join(format!("sent{k}.vdif"))).unwrap(),
+                "{name}"
+            );
+        }
+        assert!(s
+            .notes
+            .iter()
+            .any(|n| n.starts_with("data stream by_ds1: frames from 127.0.0.1:")));
     }
 
     #[test]

@@ -14,7 +14,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use thiserror::Error;
 
 /// Most views that may pin frames at once.
@@ -288,6 +288,9 @@ pub struct Ring {
     read_seq: AtomicU64,
     pins: [AtomicU64; MAX_PINS],
     pins_active: AtomicU64,
+    /// A small tag per slot beside the frames: the index of the sender of the frame in it
+    /// (for scans split by sender; 0 otherwise).
+    tags: Box<[AtomicU16]>,
     /// Owns the mapping; unmapped when the ring (and every view holding it) is gone.
     memory: RingMemory,
 }
@@ -331,6 +334,9 @@ impl Ring {
             read_seq: AtomicU64::new(0),
             pins: std::array::from_fn(|_| AtomicU64::new(FREE)),
             pins_active: AtomicU64::new(0),
+            tags: (0..bytes / frame_size as u64)
+                .map(|_| AtomicU16::new(0))
+                .collect(),
             memory,
         })
     }
@@ -375,6 +381,16 @@ impl Ring {
     }
 
     // -- capture side ------------------------------------------------------------------
+
+    /// Tags frame `seq` (before it is published).
+    pub fn set_tag(&self, seq: u64, tag: u16) {
+        self.tags[(seq % self.nslots) as usize].store(tag, Ordering::Relaxed);
+    }
+
+    /// The tag of published frame `seq` (publication orders it after `set_tag`).
+    pub fn tag(&self, seq: u64) -> u16 {
+        self.tags[(seq % self.nslots) as usize].load(Ordering::Relaxed)
+    }
 
     pub fn write_seq(&self) -> u64 {
         self.write_seq.load(Ordering::Acquire)

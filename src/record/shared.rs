@@ -52,6 +52,8 @@ struct Common {
     /// The limit, and the frames the streams have buffered under it.
     frames_limit: AtomicU64,
     frames_buffered: AtomicU64,
+    /// Senders in order of first arrival, over every stream (their keys, `capture::sender_key`).
+    senders: Mutex<Vec<u64>>,
 }
 
 /// State shared by the recorder, the capture thread, the writer thread and the status server
@@ -115,6 +117,7 @@ impl Shared {
             frames_left: AtomicU64::new(u64::MAX),
             frames_limit: AtomicU64::new(u64::MAX),
             frames_buffered: AtomicU64::new(0),
+            senders: Mutex::new(Vec::new()),
         });
         Shared::with_common(has_writer, common)
     }
@@ -259,6 +262,32 @@ impl Shared {
     pub fn frames_left(&self) -> bool {
         self.common.frames_buffered.load(Ordering::Acquire)
             < self.common.frames_limit.load(Ordering::Acquire)
+    }
+
+    // -- senders (scans split by sender) ------------------------------------------------
+
+    /// The index of sender `key` in order of first arrival over all streams (a capture asks
+    /// only for a sender it has not seen before).
+    pub fn sender_index(&self, key: u64) -> u16 {
+        let mut v = self.common.senders.lock().unwrap();
+        let i = v.iter().position(|k| *k == key).unwrap_or_else(|| {
+            v.push(key);
+            v.len() - 1
+        });
+        i.min(u16::MAX as usize) as u16
+    }
+
+    /// Sender `index` as an address, for the operator.
+    pub fn sender_text(&self, index: u16) -> String {
+        let v = self.common.senders.lock().unwrap();
+        match v.get(index as usize) {
+            Some(k) if k >> 48 == 1 => {
+                let ip = std::net::Ipv4Addr::from(((k >> 16) & 0xffff_ffff) as u32);
+                format!("{ip}:{}", k & 0xffff)
+            }
+            Some(_) => "an IPv6 sender".into(),
+            None => "unknown".into(),
+        }
     }
 
     // -- what the threads report ------------------------------------------------------

@@ -177,6 +177,34 @@ pub struct PartGap {
     pub description: String,
 }
 
+/// How many chunks or blocks the recorder wrote for scan (or data stream) `name`, from the
+/// JSON summary it left beside the scan on any of `disks`; None where there is none.
+fn recorded_parts(disks: &[PathBuf], name: &str, format: Format) -> Option<u64> {
+    for d in disks {
+        let Ok(text) = std::fs::read_to_string(layout::summary_path(d, name, format)) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        let streams = v.get("data_streams").and_then(|x| x.as_array());
+        let own = streams.and_then(|a| {
+            a.iter()
+                .find(|x| x.get("name").and_then(|n| n.as_str()) == Some(name))
+                .and_then(|x| x.get("chunks")?.as_u64())
+        });
+        if let Some(n) = own {
+            return Some(n);
+        }
+        if v.get("name").and_then(|n| n.as_str()) == Some(name) {
+            if let Some(n) = v.get("chunks").and_then(|c| c.as_u64()) {
+                return Some(n);
+            }
+        }
+    }
+    None
+}
+
 /// One scan as found on the disks: its parts in number order and the numbers missing.
 #[derive(Clone, Debug)]
 pub struct ScanLayout {
@@ -496,6 +524,13 @@ impl ScanLayout {
         for p in &raw {
             missing.extend(expect..p.number);
             expect = p.number + 1;
+        }
+        // Parts after the last one found are missing too when the recorder's summary beside
+        // the scan says it wrote more (a disk not given that held the last chunks).
+        if format != Format::File {
+            if let Some(n) = recorded_parts(disks, name, format) {
+                missing.extend(expect..n);
+            }
         }
         let mut heads = Heads::default();
         let frame_size = match raw.first() {

@@ -149,15 +149,16 @@ pub fn epoch_and_seconds(unix_seconds: i64) -> (u32, u32) {
     (epoch, seconds)
 }
 
-/// Parses a UTC time as operators write it: ISO 8601 (`2026-11-30T22:48:47.5`, optional `Z`),
-/// VLBI day-of-year (`2026y334d22h48m47.5s`, as jive5ab and the Field System write it), or POSIX
-/// seconds (`1796078927.5`). The fraction is kept apart from the whole seconds so that frame
+/// Parses a time as operators write it: ISO 8601 UTC (`2026-11-30T22:48:47.5`, optional `Z`),
+/// VLBI day-of-year (`2026y334d22h48m47.5s`, as jive5ab and the Field System write it), VDIF
+/// time as reference epoch and seconds since it (`53:13271327.5`), or POSIX seconds
+/// (`1796078927.5`). The fraction is kept apart from the whole seconds so that frame
 /// boundaries are exact.
 pub fn parse_utc(text: &str) -> Result<VdifTime, String> {
     let t = text.trim();
     let bad = || {
         format!(
-            "{text:?} is not a UTC time: write 2026-11-30T22:48:47.5, 2026y334d22h48m47.5s or POSIX seconds"
+            "{text:?} is not a UTC time: write 2026-11-30T22:48:47.5, 2026y334d22h48m47.5s, VDIF time EPOCH:SECONDS (53:13271327.5) or POSIX seconds"
         )
     };
     let split_fraction = |s: &str| -> Result<(i64, f64), String> {
@@ -225,6 +226,16 @@ pub fn parse_utc(text: &str) -> Result<VdifTime, String> {
             fraction: frac,
         });
     }
+    if let Some((epoch, secs)) = t.split_once(':') {
+        // VDIF time: reference epoch (half-years since 2000) and seconds since it.
+        let epoch = in_range(number(epoch)?, 0, 63)?;
+        let (secs, frac) = split_fraction(secs)?;
+        let secs = in_range(secs, 0, (1 << 30) - 1)?;
+        return Ok(VdifTime {
+            unix_seconds: utc_unix(epoch as u32, secs as u32),
+            fraction: frac,
+        });
+    }
     let (s, frac) = split_fraction(t)?;
     Ok(VdifTime {
         unix_seconds: s,
@@ -286,6 +297,10 @@ mod tests {
         assert_eq!((t.unix_seconds, t.fraction), (want, 0.25));
         let t = parse_utc(&format!("{want}.5")).unwrap();
         assert_eq!((t.unix_seconds, t.fraction), (want, 0.5));
+        let (epoch, secs) = epoch_and_seconds(want);
+        let t = parse_utc(&format!("{epoch}:{secs}.25")).unwrap();
+        assert_eq!((t.unix_seconds, t.fraction), (want, 0.25));
+        assert!(parse_utc("64:5").is_err());
         for bad in [
             "",
             "soon",

@@ -34,6 +34,23 @@ pub struct DatagramInfo {
     pub truncated: bool,
     /// Leading `offset` bytes as a little-endian number (the PSN), when offset is 8.
     pub psn: Option<u64>,
+    /// Who sent it, when the backend was asked to tell (`sender_key`; 0: not known).
+    pub sender: u64,
+}
+
+/// A sender's address as one number (IPv4 address and port; a hash for IPv6), 0 for none.
+pub fn sender_key(addr: &std::net::SocketAddr) -> u64 {
+    match addr {
+        std::net::SocketAddr::V4(a) => {
+            (1 << 48) | (u64::from(u32::from(*a.ip())) << 16) | u64::from(a.port())
+        }
+        std::net::SocketAddr::V6(a) => {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            a.hash(&mut h);
+            h.finish() | 1
+        }
+    }
 }
 
 /// A receive failure the backend cannot recover from (PF_RING's `pfring_recv` failing, say):
@@ -92,6 +109,8 @@ pub struct CaptureSetup {
     pub cpu: Option<usize>,
     /// The sender writes headers big-endian (each 32-bit word byte-swapped).
     pub big_endian: bool,
+    /// Tag each frame with its sender's index (scans split by sender).
+    pub tag_senders: bool,
 }
 
 struct Counters {
@@ -128,6 +147,8 @@ struct Capture {
     scratch: Vec<u8>,
     /// Frames accepted so far: the next frame's sequence number in the ring.
     seq: u64,
+    /// Senders seen by this capture: (key, index), so the shared list is asked once each.
+    senders: Vec<(u64, u16)>,
     last_publish: Instant,
 }
 
@@ -192,6 +213,7 @@ impl Capture {
             learn_buf: vec![0u8; MAX_DATAGRAM],
             scratch,
             seq: 0,
+            senders: Vec::new(),
             last_publish: Instant::now(),
             setup,
         }
@@ -326,6 +348,9 @@ impl Capture {
         }
         self.acc.frame(&h, Fate::Buffered);
         note_frame_time(&mut self.c, &h);
+        if self.setup.tag_senders {
+            r.set_tag(0, sender_tag(&mut self.senders, &self.shared, info.sender));
+        }
         self.seq = 1;
         self.c.stats.frames_received = 1;
         r.publish(self.seq);
@@ -365,6 +390,13 @@ impl Capture {
                     unsafe { std::ptr::copy(b.dst.add(i * fs), b.dst.add(accepted * fs), fs) };
                 }
                 self.acc.frame(&h, Fate::Buffered);
+                if self.setup.tag_senders {
+                    let tag = sender_tag(&mut self.senders, &self.shared, info.sender);
+                    self.ring
+                        .as_ref()
+                        .expect("ring")
+                        .set_tag(self.seq + accepted as u64, tag);
+                }
                 accepted += 1;
             } else {
                 self.acc.frame(&h, Fate::RingOverflow);
@@ -408,6 +440,17 @@ impl Capture {
             .set_thread_totals(self.acc.thread_totals(), self.acc.gaps().0.to_vec());
         self.shared.set_capture_done();
     }
+}
+
+/// The index of a datagram's sender (first arrival order over all streams), asking the shared
+/// list only for a sender this capture has not seen.
+fn sender_tag(seen: &mut Vec<(u64, u16)>, shared: &Shared, key: u64) -> u16 {
+    if let Some(&(_, i)) = seen.iter().find(|(k, _)| *k == key) {
+        return i;
+    }
+    let i = shared.sender_index(key);
+    seen.push((key, i));
+    i
 }
 
 /// POSIX time now, in seconds (the arrival times in per-second rows).

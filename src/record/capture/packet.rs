@@ -72,6 +72,7 @@ impl PortFilter {
             truncated: udp_len > offset + stride || payload.len() < udp_len,
             psn: (offset >= 8 && payload.len() >= 8)
                 .then(|| u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"))),
+            sender: 0,
         })
     }
 }

@@ -49,6 +49,8 @@ pub struct UdpConfig {
     pub rcvbuf: usize,
     /// Bytes before each frame to strip (8 for a PSN).
     pub offset: usize,
+    /// Tell each datagram's sender (for scans split by sender).
+    pub senders: bool,
 }
 
 pub struct UdpBackend {
@@ -59,6 +61,8 @@ pub struct UdpBackend {
     prefix: Vec<[u8; MAX_OFFSET]>,
     control: Vec<[u64; CONTROL_BYTES / 8]>,
     drops: u64,
+    /// Each message's source address, when senders are told.
+    names: Option<Vec<libc::sockaddr_storage>>,
 }
 
 // SAFETY: the raw pointers inside the message headers point only into this struct's own
@@ -113,8 +117,37 @@ impl UdpBackend {
             prefix: vec![[0u8; MAX_OFFSET]; BATCH],
             control: vec![[0u64; CONTROL_BYTES / 8]; BATCH],
             drops: 0,
+            // SAFETY: an all-zero sockaddr_storage is a valid empty value.
+            names: cfg
+                .senders
+                .then(|| vec![unsafe { MaybeUninit::zeroed().assume_init() }; BATCH]),
         };
         Ok((backend, local, notes))
+    }
+}
+
+/// The sender key (`capture::sender_key`) of a source address recvmmsg filled in.
+fn name_key(name: &libc::sockaddr_storage) -> u64 {
+    match name.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in here (family AF_INET).
+            let a = unsafe { &*(name as *const _ as *const libc::sockaddr_in) };
+            let addr = std::net::SocketAddr::from((
+                std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            ));
+            super::sender_key(&addr)
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the kernel wrote a sockaddr_in6 here (family AF_INET6).
+            let a = unsafe { &*(name as *const _ as *const libc::sockaddr_in6) };
+            let addr = std::net::SocketAddr::from((
+                std::net::Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+            ));
+            super::sender_key(&addr)
+        }
+        _ => 0,
     }
 }
 
@@ -215,8 +248,18 @@ impl Backend for UdpBackend {
                 iov_len: stride,
             };
             let hdr = &mut self.msgs[i].msg_hdr;
-            hdr.msg_name = std::ptr::null_mut();
-            hdr.msg_namelen = 0;
+            match &mut self.names {
+                Some(names) => {
+                    hdr.msg_name =
+                        &mut names[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
+                    hdr.msg_namelen =
+                        std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+                }
+                None => {
+                    hdr.msg_name = std::ptr::null_mut();
+                    hdr.msg_namelen = 0;
+                }
+            }
             hdr.msg_iov = iov.as_mut_ptr();
             hdr.msg_iovlen = n + 1;
             hdr.msg_control = self.control[i].as_mut_ptr() as *mut libc::c_void;
@@ -249,6 +292,7 @@ impl Backend for UdpBackend {
                 truncated: m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
                 psn: (off >= 8 && m.msg_len as usize >= 8)
                     .then(|| u64::from_le_bytes(self.prefix[i][..8].try_into().expect("8 bytes"))),
+                sender: self.names.as_ref().map_or(0, |n| name_key(&n[i])),
             };
         }
         if n > 0 {

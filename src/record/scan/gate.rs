@@ -598,6 +598,13 @@ impl GateLoop {
                 "no frame of the stream fell in the scan's window: nothing was written".into(),
             );
         }
+        if a.plan.split == Some(Split::Sender) {
+            for d in &a.streams {
+                let idx: u16 = d.key.parse().unwrap_or(0);
+                let who = self.inputs[d.input].shared.sender_text(idx);
+                notes.push(format!("data stream {}: frames from {who}", d.out.name));
+            }
+        }
         // One entry per data stream name, over the streams.
         let mut data_streams: Vec<DataStreamSummary> = Vec::new();
         for d in &a.streams {
@@ -744,7 +751,7 @@ impl Active {
                 self.frames += 1;
                 self.first_frame = Some(self.first_frame.map_or(point, |f| f.min(point)));
                 self.last_frame = Some(self.last_frame.map_or(point, |l| l.max(point)));
-                let d = self.stream_of(k, &h);
+                let d = self.stream_of(k, &h, ring.tag(seq));
                 self.append(d, ring, seq);
                 true
             }
@@ -770,9 +777,9 @@ impl Active {
     }
 
     /// The data stream frame `h` of stream `k` belongs to (created at its first frame).
-    fn stream_of(&mut self, k: usize, h: &Header) -> usize {
+    fn stream_of(&mut self, k: usize, h: &Header, sender: u16) -> usize {
         let (id, key) = match self.plan.split {
-            Some(split) => split.key(h),
+            Some(split) => split.key(h, sender),
             None => (0, String::new()),
         };
         if let Some(&i) = self.by_key.get(&(k, id)) {

@@ -32,23 +32,27 @@ pub enum Split {
     Thread,
     /// One per station; key: the two-character code where printable, else the number.
     Station,
+    /// One per sender (address and port); key: its index in order of first arrival.
+    Sender,
 }
 
 impl Split {
-    pub const NAMES: &'static str = "thread or station";
+    pub const NAMES: &'static str = "thread, station or sender";
 
     pub fn parse(s: &str) -> Option<Split> {
         match s {
             "thread" => Some(Split::Thread),
             "station" => Some(Split::Station),
+            "sender" => Some(Split::Sender),
             _ => None,
         }
     }
 
     /// The frame's data stream: (id, key as it appears in the name). A key holds letters and
-    /// digits only, never a `.` or `:`.
-    pub fn key(self, h: &crate::vdif::Header) -> (u32, String) {
+    /// digits only, never a `.` or `:`. `sender`: the frame's sender index (its ring tag).
+    pub fn key(self, h: &crate::vdif::Header, sender: u16) -> (u32, String) {
         match self {
+            Split::Sender => (sender as u32, sender.to_string()),
             Split::Thread => (h.thread_id(), h.thread_id().to_string()),
             Split::Station => {
                 let name = h.station_name();
