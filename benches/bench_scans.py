@@ -52,6 +52,14 @@ def scan_dirs() -> list[Path]:
     return dirs
 
 
+def remove(dirs: list[Path]) -> None:
+    """The benchmark's directories, and the folder `disk_dir()` made for them."""
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+    if not os.environ.get("BENCH_SCAN_DIRS"):
+        shutil.rmtree(dirs[0].parent, ignore_errors=True)
+
+
 def header_seq(raw: bytes) -> int:
     w0, w1 = int.from_bytes(raw[0:4], "little"), int.from_bytes(raw[4:8], "little")
     return (w0 & 0x3FFFFFFF) * FPS + (w1 & 0xFFFFFF)
@@ -118,8 +126,7 @@ def vbs_at_line_rate(seconds: float) -> dict[str, float]:
     s = rec.stop_scan()
     run = rec.stop()
     reaper.finish()
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
+    remove(dirs)
     report(
         f"(b) one 8.224 Gbit/s stream into vbs over {len(dirs)} directories for {seconds:g} s (sender on the same host)",
         [
@@ -247,8 +254,7 @@ def main() -> dict[str, float]:
     mib = int(os.environ.get("BENCH_SCAN_MIB", "1024"))
     ours = statistics.median(writers_alone(dirs, mib) for _ in range(3))
     dd = statistics.median(dd_parallel(dirs, mib) for _ in range(3))
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
+    remove(dirs)
     report(
         f"(c) scan writers alone (fed from memory, vbs, 256 MiB chunks, {len(dirs)} writers) vs {len(dirs)} x dd bs=4M "
         f"oflag=direct in parallel, {mib} MiB per directory, median of 3",
