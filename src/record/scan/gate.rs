@@ -244,6 +244,8 @@ struct Active {
     past: HashMap<(usize, u32), bool>,
     all_past_since: Option<Instant>,
     last_inside: Option<Instant>,
+    /// Bytes of chunks no writer took (the writers could not start).
+    unwritten_bytes: u64,
     notes: Vec<String>,
 }
 
@@ -402,7 +404,9 @@ impl GateLoop {
         let (writers, jobs) = match writers {
             Ok(w) => (Some(w), Some(jobs_tx)),
             Err(e) => {
-                notes.push(format!("cannot start the scan's writers: {e}"));
+                notes.push(format!(
+                    "cannot start the scan's writers: {e}; the scan's frames are counted as dropped"
+                ));
                 (None, None)
             }
         };
@@ -439,6 +443,7 @@ impl GateLoop {
             past: HashMap::new(),
             all_past_since: None,
             last_inside: None,
+            unwritten_bytes: 0,
             notes,
         };
         for (k, i) in self.inputs.iter().enumerate() {
@@ -484,6 +489,9 @@ impl GateLoop {
         let log = std::mem::take(&mut *log.lock().unwrap());
         let mut files = log.files;
         let mut error = log.error;
+        if a.unwritten_bytes > 0 {
+            error.get_or_insert_with(|| "the scan's writer threads could not start".into());
+        }
         let mut notes = std::mem::take(&mut a.notes);
         notes.extend(log.notes);
         let format = a.plan.format;
@@ -639,7 +647,7 @@ impl GateLoop {
             kernel_drops: drops,
             bytes_buffered: buffered,
             bytes_written: log.bytes_written,
-            bytes_dropped_disk: log.bytes_dropped,
+            bytes_dropped_disk: log.bytes_dropped + a.unwritten_bytes,
             bytes_headers: log.header_bytes,
             files,
             disks,
@@ -861,8 +869,9 @@ impl Active {
                 let _ = tx.send(job);
             }
             None => {
-                // No writer could start: the chunk is counted as not written.
+                // No writer could start: the chunk is counted as dropped, not written.
                 held.remove(&job.first_seq());
+                self.unwritten_bytes += job.frames * job.out.frame_size as u64;
             }
         }
     }
