@@ -1,5 +1,14 @@
 //! Pinning threads to CPUs, reported rather than hidden when it cannot be done.
 
+/// The CPUs this process may run on, by number.
+pub fn allowed_cpus() -> Vec<usize> {
+    core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .collect()
+}
+
 /// Pins the calling thread to `cpu`; returns the sentence for the operator.
 pub fn pin_current(role: &str, cpu: usize) -> String {
     let available = core_affinity::get_core_ids().unwrap_or_default();

@@ -221,10 +221,8 @@ fn free_space_note(
 /// CPUs for scan writers: those this process may use other than the capture's, when there
 /// are four or more (fewer: the scheduler places them).
 fn writer_cpus(capture_cpus: &[usize]) -> Vec<usize> {
-    let cpus: Vec<usize> = core_affinity::get_core_ids()
-        .unwrap_or_default()
+    let cpus: Vec<usize> = crate::affinity::allowed_cpus()
         .into_iter()
-        .map(|c| c.id)
         .filter(|c| !capture_cpus.contains(c))
         .collect();
     if cpus.len() >= 3 {
@@ -240,11 +238,7 @@ fn auto_pin(config: &mut RecorderConfig) {
     if !config.auto_pin || config.capture_cpu.is_some() || config.writer_cpu.is_some() {
         return;
     }
-    let cpus: Vec<usize> = core_affinity::get_core_ids()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
+    let cpus = crate::affinity::allowed_cpus();
     if cpus.len() >= 4 {
         config.capture_cpu = cpus.last().copied();
         config.writer_cpu = cpus.get(cpus.len() - 2).copied();
@@ -405,10 +399,8 @@ fn start_stream(
 /// when the machine has one for each besides the writers (fewer: the scheduler places them).
 fn more_capture_cpus(config: &RecorderConfig) -> Vec<Option<usize>> {
     let n = config.more_streams.len();
-    let cpus: Vec<usize> = core_affinity::get_core_ids()
-        .unwrap_or_default()
+    let cpus: Vec<usize> = crate::affinity::allowed_cpus()
         .into_iter()
-        .map(|c| c.id)
         .filter(|c| Some(*c) != config.capture_cpu && Some(*c) != config.writer_cpu)
         .collect();
     if config.capture_cpu.is_none() || cpus.len() < n + 2 {
@@ -1010,23 +1002,28 @@ mod tests {
         }
     }
 
-    fn scan_recorder(disks: &[PathBuf], format: Option<Format>, chunk: u64) -> Recorder {
-        Recorder::start(RecorderConfig {
+    /// Scans of `format` on `disks` from a 16 MiB ring of 8224-byte frames at 2000 frames/s:
+    /// 1 MiB chunks, 2 writers (tests change what they need).
+    fn scan_config(disks: &[PathBuf], format: Format) -> RecorderConfig {
+        RecorderConfig {
             ring_bytes: 16 << 20,
             frame_size: Some(8224),
             fps: Some(2000),
             scans: Some(ScanSetup {
                 disks: disks.to_vec(),
-                format: format.unwrap_or(Format::Vbs),
-                chunk_bytes: Some(chunk),
+                format,
+                chunk_bytes: Some(1 << 20),
                 writers: Some(2),
                 faults: Vec::new(),
                 direct: true,
                 split: None,
             }),
             ..Default::default()
-        })
-        .unwrap()
+        }
+    }
+
+    fn setup_of(c: &mut RecorderConfig) -> &mut ScanSetup {
+        c.scans.as_mut().expect("a scan configuration")
     }
 
     fn disks(name: &str, n: usize) -> Vec<PathBuf> {
@@ -1092,7 +1089,7 @@ mod tests {
     #[test]
     fn a_vbs_scan_over_three_disks_is_what_was_sent() {
         let ds = disks("vbs", 3);
-        let mut rec = scan_recorder(&ds, None, 1 << 20);
+        let mut rec = Recorder::start(scan_config(&ds, Format::Vbs)).unwrap();
         let name = rec
             .start_scan(ScanRequest {
                 name: "kvn_scan1".into(),
@@ -1138,7 +1135,7 @@ mod tests {
     #[test]
     fn a_mk6_scan_holds_exactly_its_window() {
         let ds = disks("mk6", 2);
-        let mut rec = scan_recorder(&ds, Some(Format::Mk6), 1 << 20);
+        let mut rec = Recorder::start(scan_config(&ds, Format::Mk6)).unwrap();
         let sp = spec();
         // Seconds 1000..1003 of epoch 53 at 2000 frames/s; the scan is [1000.25 s, 1001.5 s).
         let t0 = crate::vdif::time::utc_unix(53, 1000);
@@ -1169,22 +1166,10 @@ mod tests {
     #[test]
     fn a_scan_split_by_thread_is_one_exact_scan_per_thread() {
         let ds = disks("split", 2);
-        let mut rec = Recorder::start(RecorderConfig {
-            ring_bytes: 16 << 20,
-            frame_size: Some(8224),
-            fps: Some(500),
-            scans: Some(ScanSetup {
-                disks: ds.clone(),
-                format: Format::Vbs,
-                chunk_bytes: Some(1 << 20),
-                writers: Some(2),
-                faults: Vec::new(),
-                direct: true,
-                split: Some(crate::record::scan::Split::Thread),
-            }),
-            ..Default::default()
-        })
-        .unwrap();
+        let mut c = scan_config(&ds, Format::Vbs);
+        c.fps = Some(500);
+        setup_of(&mut c).split = Some(crate::record::scan::Split::Thread);
+        let mut rec = Recorder::start(c).unwrap();
         rec.start_scan(ScanRequest {
             name: "sp".into(),
             start: None,
@@ -1221,22 +1206,9 @@ mod tests {
     #[test]
     fn a_scan_split_by_sender_is_one_exact_scan_per_sender() {
         let ds = disks("senders", 2);
-        let mut rec = Recorder::start(RecorderConfig {
-            ring_bytes: 16 << 20,
-            frame_size: Some(8224),
-            fps: Some(2000),
-            scans: Some(ScanSetup {
-                disks: ds.clone(),
-                format: Format::Vbs,
-                chunk_bytes: Some(1 << 20),
-                writers: Some(2),
-                faults: Vec::new(),
-                direct: true,
-                split: Some(crate::record::scan::Split::Sender),
-            }),
-            ..Default::default()
-        })
-        .unwrap();
+        let mut c = scan_config(&ds, Format::Vbs);
+        setup_of(&mut c).split = Some(crate::record::scan::Split::Sender);
+        let mut rec = Recorder::start(c).unwrap();
         rec.start_scan(ScanRequest {
             name: "by".into(),
             start: None,
@@ -1273,26 +1245,12 @@ mod tests {
     #[test]
     fn two_ports_are_two_streams_in_one_scan() {
         let ds = disks("ports", 2);
-        let mut rec = Recorder::start(RecorderConfig {
-            ring_bytes: 16 << 20,
-            frame_size: Some(8224),
-            fps: Some(2000),
-            more_streams: vec![StreamAddr {
-                bind: "127.0.0.1".parse().unwrap(),
-                port: 0,
-            }],
-            scans: Some(ScanSetup {
-                disks: ds.clone(),
-                format: Format::Vbs,
-                chunk_bytes: Some(1 << 20),
-                writers: Some(2),
-                faults: Vec::new(),
-                direct: true,
-                split: None,
-            }),
-            ..Default::default()
-        })
-        .unwrap();
+        let mut c = scan_config(&ds, Format::Vbs);
+        c.more_streams = vec![StreamAddr {
+            bind: "127.0.0.1".parse().unwrap(),
+            port: 0,
+        }];
+        let mut rec = Recorder::start(c).unwrap();
         let addrs = rec.local_addrs();
         assert_eq!(addrs.len(), 2);
         assert_ne!(addrs[0].port(), addrs[1].port());
@@ -1385,28 +1343,15 @@ mod tests {
     #[test]
     fn a_disk_that_fails_mid_scan_loses_nothing() {
         let ds = disks("fail", 3);
-        let mut rec = Recorder::start(RecorderConfig {
-            ring_bytes: 16 << 20,
-            frame_size: Some(8224),
-            fps: Some(2000),
-            scans: Some(ScanSetup {
-                disks: ds.clone(),
-                format: Format::Vbs,
-                chunk_bytes: Some(1 << 20),
-                writers: Some(2),
-                faults: vec![(
-                    ds[1].clone(),
-                    crate::record::diskio::Fault {
-                        kind: crate::record::diskio::FaultKind::Error,
-                        after: 3 << 20,
-                    },
-                )],
-                direct: true,
-                split: None,
-            }),
-            ..Default::default()
-        })
-        .unwrap();
+        let mut c = scan_config(&ds, Format::Vbs);
+        setup_of(&mut c).faults = vec![(
+            ds[1].clone(),
+            crate::record::diskio::Fault {
+                kind: crate::record::diskio::FaultKind::Error,
+                after: 3 << 20,
+            },
+        )];
+        let mut rec = Recorder::start(c).unwrap();
         rec.start_scan(ScanRequest {
             name: "f".into(),
             start: None,

@@ -244,6 +244,11 @@ impl Shared {
     }
     /// A batch buffered `used` of the `granted` frames; the rest goes back.
     pub fn settle_frames(&self, granted: u64, used: u64) {
+        // Without a limit there is nothing to count (and no cache line to share between the
+        // streams' captures).
+        if self.common.frames_limit.load(Ordering::Acquire) == u64::MAX {
+            return;
+        }
         self.common
             .frames_buffered
             .fetch_add(used, Ordering::AcqRel);
