@@ -258,6 +258,7 @@ pub fn scan_writer_throughput(
         stop_text: None,
         format,
         chunk_bytes,
+        file_bytes: None,
         writers,
         direct: true,
         fps: None,

@@ -291,6 +291,55 @@ def test_a_missing_last_chunk_is_a_gap_too(tmp_path: Path) -> None:
     assert [x["missing"] for x in listed if x["name"] == "kvn_scan1"] == [[last]]
 
 
+FILE_PART_RE = re.compile(r"^kvn_scan1(?:\.([0-9]{4,}))?\.vdif$")
+
+
+def test_a_file_scan_rotates_by_size_and_reads_back_whole(tmp_path: Path) -> None:
+    """`file_size` rotates a file scan: `<scan>.vdif`, `<scan>.0001.vdif`, ... each at most the
+    size, of whole frames, together exactly the frames received; read back as one stream (baseband
+    on the same bytes as the oracle); a part taken away is a named gap."""
+    import astropy.units as u
+    from baseband import vdif
+
+    ds = disks(tmp_path, 1)
+    sent_file = tmp_path / "sent.vdif"
+    _, s, run, d = record(
+        tmp_path,
+        dict(disks=[str(ds[0])], file_size="3MiB"),
+        dict(frames=3_000, fps=FPS, record_sent=sent_file, **START),
+    )
+    assert s.format == "file" and s.invariant_holds and run.invariant_holds
+    # 3 MiB holds 382 frames; files hold whole aligned runs of 128: 256 frames.
+    assert s.file_size == 256 * FS
+    parts = {}
+    for f in ds[0].iterdir():
+        m = FILE_PART_RE.match(f.name)
+        if m:
+            parts[int(m.group(1) or 0)] = f
+    assert sorted(parts) == list(range(len(parts))) and len(parts) == len(s.files) >= 2
+    assert [f.path for f in s.files] == [str(parts[k]) for k in sorted(parts)]
+    sizes = [parts[k].stat().st_size for k in sorted(parts)]
+    assert all(x <= 3 << 20 and x % FS == 0 for x in sizes) and sum(sizes) == s.bytes_written
+    data = b"".join(parts[k].read_bytes() for k in sorted(parts))
+    assert len(left_out(frames_of(sent_file), frames_of(data))) == d.kernel_drops
+    whole = tmp_path / "whole.vdif"
+    whole.write_bytes(data)
+    with open(whole, "rb") as f:
+        spf = vdif.VDIFHeader.fromfile(f).samples_per_frame
+    with vdif.open(str(whole), "rs", sample_rate=FPS * spf * u.Hz) as bb:
+        want = bb.read()
+    with vdifrec.open("kvn_scan1", disks=[str(ds[0])], sample_rate=FPS * spf) as fh:
+        assert len(fh.frames) == len(parts)
+        np.testing.assert_array_equal(fh.read(), want)
+    listed = vdifrec.scans([str(ds[0])])
+    assert [(x["name"], x["format"], x["chunks"]) for x in listed] == [("kvn_scan1", "file", len(parts))]
+    parts[1].unlink()
+    with pytest.raises(vdifrec.GapError, match="file 1 missing"):
+        vdifrec.open("kvn_scan1", disks=[str(ds[0])], sample_rate=FPS * spf)
+    with pytest.raises(vdifrec.ArgumentError, match=r"^file_size: rotates file scans"):
+        vdifrec.Recorder(disks=[str(ds[0])], format="vbs", file_size="3MiB")
+
+
 def test_scan_names_are_checked_and_never_overwrite(tmp_path: Path) -> None:
     ds = disks(tmp_path, 2)
     (ds[1] / "taken").mkdir()
@@ -482,3 +531,5 @@ def test_record_command_names_the_scan_flags() -> None:
     assert r.returncode == 2 and "--scan NAME" in r.stderr
     r = run_cli("record", "--port", "0", "--scan", "x")
     assert r.returncode == 2 and "--disk" in r.stderr
+    r = run_cli("record", "--port", "0", "--disk", "/tmp", "--scan", "x", "--format", "vbs", "--file-size", "3MiB")
+    assert r.returncode == 2 and "--file-size: rotates file scans" in r.stderr, r.stderr

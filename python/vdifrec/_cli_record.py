@@ -65,7 +65,7 @@ def add_record(sub: Any) -> None:
     p.add_argument("--offset", type=integer, help="bytes to strip before each frame (8 for a PSN; default 0)")
     p.add_argument("--psn", action="store_true", default=None, help="count gaps in the 8-byte packet sequence numbers (with --offset 8)")
     p.add_argument("--fps", type=integer, help="frames per second per thread (default: learned)")
-    p.add_argument("--file-size", type=size, help="start a new file after this many bytes")
+    p.add_argument("--file-size", type=size, help="start a new file after this many bytes (also file scans: <scan>.0001.vdif, ...)")
     p.add_argument("--capture-cpu", type=integer, help="pin the capture thread to this CPU")
     p.add_argument("--writer-cpu", type=integer, help="pin the writer thread to this CPU")
     p.add_argument("--no-direct", dest="direct", action="store_false", default=None, help="buffered writes instead of O_DIRECT")

@@ -101,7 +101,8 @@ class Recorder:
     fps : int, optional
         Frames per second per thread; learned from the frame numbers if not given.
     file_size : int or str, optional
-        Start a new file after this many bytes.
+        Start a new file after this many bytes (``path``/``directory``: ``name_0001.vdif``, ...;
+        ``file`` scans: ``<scan>.0001.vdif``, ...).
     capture_cpu, writer_cpu : int, optional
         CPUs to pin the capture and writer threads to (reported, never fatal, if impossible).
     direct : bool

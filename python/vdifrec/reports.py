@@ -181,6 +181,9 @@ class ScanSummary(_Record):
     frames: int
     frame_size: int
     chunk_size: int
+    file_size: int | None
+    """A ``file`` scan rotated by size: the most bytes in one file (whole chunks of
+    ``chunk_size``); None: one file."""
     chunks: int
     data_streams: list[dict[str, Any]]
     """Each data stream (``name``, ``key``, ``frames``, ``chunks``, ``bytes_written``): one per

@@ -679,10 +679,21 @@ fn scans(o: &RecorderOptions) -> Result<Option<ScanSetup>, ArgError> {
             ArgError::new("split", format!("{x:?} is not a split: choose {}", Split::NAMES))
         })?),
     };
+    let file_bytes = positive_size("file_size", &o.file_size, MIN_FILE_SIZE)?;
+    if file_bytes.is_some() && format != Format::File {
+        return Err(ArgError::new(
+            "file_size",
+            format!(
+                "rotates file scans; {} scans are cut into chunks of chunk_size already: leave file_size out",
+                format.name()
+            ),
+        ));
+    }
     Ok(Some(ScanSetup {
         disks,
         format,
         chunk_bytes,
+        file_bytes,
         writers,
         faults,
         direct: o.direct,

@@ -765,6 +765,7 @@ impl Recorder {
             window,
             format: setup.format,
             chunk_bytes: setup.chunk_bytes(),
+            file_bytes: setup.file_bytes,
             writers,
             direct: setup.direct,
             fps,
@@ -1013,6 +1014,7 @@ mod tests {
                 disks: disks.to_vec(),
                 format,
                 chunk_bytes: Some(1 << 20),
+                file_bytes: None,
                 writers: Some(2),
                 faults: Vec::new(),
                 direct: true,
@@ -1130,6 +1132,44 @@ mod tests {
         assert!(run.invariant_holds, "{run:#?}");
         assert_eq!(run.scans.len(), 2);
         assert_eq!(run.bytes_written, 2990 * 8224);
+    }
+
+    #[test]
+    fn a_file_scan_rotates_by_size_in_whole_chunks() {
+        let ds = disks("rotate", 1);
+        let mut c = scan_config(&ds, Format::File);
+        // 3 MiB files of 1 MiB (128-frame) chunks: 382 frames fit, 256 (two chunks) are used.
+        setup_of(&mut c).file_bytes = Some(3 << 20);
+        let mut rec = Recorder::start(c).unwrap();
+        rec.start_scan(ScanRequest {
+            name: "r1".into(),
+            start: None,
+            stop: None,
+        })
+        .unwrap();
+        let sent = ds[0].parent().unwrap().join("sent.vdif");
+        send(&rec, spec(), 3000, "", &sent);
+        let s = rec.stop_scan().unwrap();
+        assert!(s.ok, "{s:#?}");
+        assert_eq!(s.frames, 3000);
+        let parts = s.files.len();
+        assert!(parts >= 12, "{:?}", s.files);
+        let mut data = Vec::new();
+        for (k, f) in s.files.iter().enumerate() {
+            let path = layout::file_part_path(&ds[0], "r1", k as u64);
+            assert_eq!(f.path, path.display().to_string());
+            let bytes = std::fs::read(&path).unwrap();
+            assert_eq!(bytes.len() as u64, f.bytes);
+            assert!(f.bytes <= 256 * 8224 && f.bytes % 8224 == 0, "{f:?}");
+            data.extend(bytes);
+        }
+        assert!(!layout::file_part_path(&ds[0], "r1", parts as u64).exists());
+        assert_eq!(data, std::fs::read(&sent).unwrap());
+        // The reader finds the parts in order.
+        let found = crate::vdif::scan::ScanLayout::locate("r1", &ds, None).unwrap();
+        assert_eq!(found.parts.len(), parts);
+        assert!(found.missing.is_empty());
+        rec.stop();
     }
 
     #[test]

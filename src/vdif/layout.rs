@@ -2,7 +2,9 @@
 //! the Mark6 headers, and the rules for scan names. The writer (`record::scan`) and the readers
 //! (`vdif::scan`) both use these and nothing else, so the two can never disagree.
 //!
-//! - `file`: `<disk>/<scan>.vdif`, the frames in order.
+//! - `file`: `<disk>/<scan>.vdif`, the frames in order; a scan rotated by size goes on in
+//!   `<disk>/<scan>.0001.vdif`, `<disk>/<scan>.0002.vdif`, … (a `.` is never in a scan name, so
+//!   a part can never be taken for another scan).
 //! - `vbs` (FlexBuff): `<disk>/<scan>/<scan>.NNNNNNNN`, chunks of whole frames numbered 0, 1, …
 //!   across the scan whichever disk holds them; the stream is the chunks concatenated in order.
 //! - `mk6` (Mark6 scatter-gather): `<disk>/<scan>`, a 20-byte file header, then blocks each with
@@ -105,9 +107,35 @@ pub fn repeat_suffix(mut k: usize) -> String {
     String::from_utf8(s).expect("ascii")
 }
 
-/// `<disk>/<scan>.vdif`.
+/// Digits (at least) of a rotated file's part number.
+const FILE_PART_DIGITS: usize = 4;
+
+/// `<disk>/<scan>.vdif`: a `file` scan, or its first part when rotated by size.
 pub fn file_path(disk: &Path, scan: &str) -> PathBuf {
-    disk.join(format!("{scan}.vdif"))
+    file_part_path(disk, scan, 0)
+}
+
+/// Part `number` of a `file` scan: `<disk>/<scan>.vdif` for the first, `<disk>/<scan>.0001.vdif`
+/// and on for the files a size rotation starts.
+pub fn file_part_path(disk: &Path, scan: &str, number: u64) -> PathBuf {
+    match number {
+        0 => disk.join(format!("{scan}.vdif")),
+        n => disk.join(format!("{scan}.{n:0FILE_PART_DIGITS$}.vdif")),
+    }
+}
+
+/// The part number of a `file` scan's file named `<scan>.vdif` (0) or `<scan>.NNNN.vdif`, or
+/// None for any other name.
+pub fn file_part_number(file_name: &str, scan: &str) -> Option<u64> {
+    let rest = file_name.strip_prefix(scan)?.strip_suffix(".vdif")?;
+    if rest.is_empty() {
+        return Some(0);
+    }
+    let digits = rest.strip_prefix('.')?;
+    if digits.len() < FILE_PART_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|n| *n > 0)
 }
 
 /// `<disk>/<scan>`: the vbs scan directory.
@@ -263,6 +291,27 @@ impl Mk6BlockHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rotated_file_parts_never_look_like_another_scan() {
+        let d = Path::new("/d0");
+        assert_eq!(file_part_path(d, "s1", 0), Path::new("/d0/s1.vdif"));
+        assert_eq!(file_part_path(d, "s1", 3), Path::new("/d0/s1.0003.vdif"));
+        assert_eq!(
+            file_part_path(d, "s1", 12345),
+            Path::new("/d0/s1.12345.vdif")
+        );
+        assert_eq!(file_part_number("s1.vdif", "s1"), Some(0));
+        assert_eq!(file_part_number("s1.0003.vdif", "s1"), Some(3));
+        assert_eq!(file_part_number("s1.12345.vdif", "s1"), Some(12345));
+        // Another scan's file, a short or zero number, other names: not parts of s1.
+        assert_eq!(file_part_number("s1_0001.vdif", "s1"), None);
+        assert_eq!(file_part_number("s1a.vdif", "s1"), None);
+        assert_eq!(file_part_number("s1.001.vdif", "s1"), None);
+        assert_eq!(file_part_number("s1.0000.vdif", "s1"), None);
+        assert_eq!(file_part_number("s1.0001.vdif.tmp", "s1"), None);
+        assert_eq!(file_part_number("s1.summary.json", "s1"), None);
+    }
 
     #[test]
     fn vbs_names_are_jive5ab_s() {

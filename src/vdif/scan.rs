@@ -177,8 +177,8 @@ pub struct PartGap {
     pub description: String,
 }
 
-/// How many chunks or blocks the recorder wrote for scan (or data stream) `name`, from the
-/// JSON summary it left beside the scan on any of `disks`; None where there is none.
+/// How many chunks, blocks or files the recorder wrote for scan (or data stream) `name`, from
+/// the JSON summary it left beside the scan on any of `disks`; None where there is none.
 fn recorded_parts(disks: &[PathBuf], name: &str, format: Format) -> Option<u64> {
     for d in disks {
         let Ok(text) = std::fs::read_to_string(layout::summary_path(d, name, format)) else {
@@ -187,6 +187,22 @@ fn recorded_parts(disks: &[PathBuf], name: &str, format: Format) -> Option<u64> 
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
             continue;
         };
+        if format == Format::File {
+            // A file scan's parts are its files (a split scan lists every data stream's).
+            let files = v.get("files").and_then(|x| x.as_array())?;
+            let own = files
+                .iter()
+                .filter_map(|f| f.get("path")?.as_str())
+                .filter(|p| {
+                    Path::new(p)
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .and_then(|n| layout::file_part_number(n, name))
+                        .is_some()
+                })
+                .count();
+            return Some(own as u64);
+        }
         let streams = v.get("data_streams").and_then(|x| x.as_array());
         let own = streams.and_then(|a| {
             a.iter()
@@ -320,6 +336,26 @@ fn vbs_chunks(disk: &Path, scan: &str) -> Result<Vec<(u64, PathBuf)>, ScanError>
     Ok(found)
 }
 
+/// The files of a `file` scan on one disk: (part number, path), the first `<scan>.vdif` and any
+/// a size rotation started (`<scan>.0001.vdif`, …).
+fn file_parts(disk: &Path, scan: &str) -> Result<Vec<(u64, PathBuf)>, ScanError> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(disk).map_err(ScanError::io(disk))? {
+        let entry = entry.map_err(ScanError::io(disk))?;
+        let Some(n) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| layout::file_part_number(n, scan))
+        else {
+            continue;
+        };
+        if is_file(&entry.path()) {
+            found.push((n, entry.path()));
+        }
+    }
+    Ok(found)
+}
+
 /// Whether `path` starts with the Mark6 sync word.
 fn has_mk6_sync(path: &Path) -> bool {
     let mut b = [0u8; 4];
@@ -331,7 +367,7 @@ fn has_mk6_sync(path: &Path) -> bool {
 /// The formats `scan` is found in on `disk`.
 fn formats_on(disk: &Path, scan: &str) -> Result<Vec<Format>, ScanError> {
     let mut f = Vec::new();
-    if is_file(&layout::file_path(disk, scan)) {
+    if !file_parts(disk, scan)?.is_empty() {
         f.push(Format::File);
     }
     if !vbs_chunks(disk, scan)?.is_empty() {
@@ -474,20 +510,12 @@ impl ScanLayout {
         let mut frame_size_of_mk6: Vec<(PathBuf, usize)> = Vec::new();
         for d in disks {
             match format {
-                Format::File => {
-                    let p = layout::file_path(d, name);
-                    if is_file(&p) {
-                        let bytes = p.metadata().map_err(ScanError::io(&p))?.len();
-                        raw.push(Part {
-                            number: 0,
-                            path: p,
-                            offset: 0,
-                            bytes,
-                        });
-                    }
-                }
-                Format::Vbs => {
-                    for (number, path) in vbs_chunks(d, name)? {
+                Format::File | Format::Vbs => {
+                    let found = match format {
+                        Format::File => file_parts(d, name)?,
+                        _ => vbs_chunks(d, name)?,
+                    };
+                    for (number, path) in found {
                         let bytes = path.metadata().map_err(ScanError::io(&path))?.len();
                         raw.push(Part {
                             number,
@@ -527,10 +555,8 @@ impl ScanLayout {
         }
         // Parts after the last one found are missing too when the recorder's summary beside
         // the scan says it wrote more (a disk not given that held the last chunks).
-        if format != Format::File {
-            if let Some(n) = recorded_parts(disks, name, format) {
-                missing.extend(expect..n);
-            }
+        if let Some(n) = recorded_parts(disks, name, format) {
+            missing.extend(expect..n);
         }
         let mut heads = Heads::default();
         let frame_size = match raw.first() {
@@ -830,7 +856,13 @@ pub fn find_scans(disks: &[PathBuf]) -> Result<Vec<ScanSummary>, ScanError> {
                 if has_mk6_sync(&path) {
                     found.insert((name, "mk6"));
                 } else if let Some(stem) = name.strip_suffix(".vdif") {
-                    found.insert((stem.to_owned(), "file"));
+                    // `<scan>.0001.vdif` is a part of `<scan>` (scan names hold no `.`).
+                    let scan = stem.split('.').next().unwrap_or(stem);
+                    let scan = match layout::file_part_number(&name, scan) {
+                        Some(_) => scan,
+                        None => stem,
+                    };
+                    found.insert((scan.to_owned(), "file"));
                 }
             }
         }

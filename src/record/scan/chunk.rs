@@ -7,7 +7,7 @@
 
 use crate::record::diskio::{self, Budget};
 use crate::record::ring::Ring;
-use crate::record::scan::disks::{Disk, OpenScanFile};
+use crate::record::scan::disks::{ClosedScanFile, Disk, OpenScanFile};
 use crate::vdif::layout::{self, Format, Mk6BlockHeader, Mk6FileHeader};
 use std::path::PathBuf;
 
@@ -41,6 +41,17 @@ pub struct ScanOut {
     pub direct: bool,
     /// Frames per chunk (vbs) or block (mk6).
     pub chunk_frames: u64,
+    /// A `file` scan rotated by size: chunks per file (None: one file).
+    pub file_chunks: Option<u64>,
+}
+
+impl ScanOut {
+    /// The file part that chunk `number` goes to (0 unless a `file` scan rotates). Chunks are
+    /// numbered in order, so each part holds a run of whole chunks and never more bytes than
+    /// the size asked for (a short chunk only makes its part smaller).
+    pub fn file_part(&self, number: u64) -> u64 {
+        self.file_chunks.map_or(0, |n| number / n)
+    }
 }
 
 /// A chunk that reached its disk.
@@ -187,10 +198,24 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
     let mut state = disk.state.lock().unwrap();
     let mut note = None;
     let mut header_bytes = 0u64;
+    let part = out.file_part(job.number);
+    // The first chunk of a rotated file scan's next part closes the part before it.
+    if let Some(k) = state
+        .open
+        .iter()
+        .position(|o| o.scan == out.name && o.part != part)
+    {
+        let done = state.open.remove(k);
+        let closed = close_file(done, out.format, out.frame_size, 0);
+        state.closed.push(closed);
+    }
     if !state.open.iter().any(|o| o.scan == out.name) {
         let (path, direct) = match out.format {
             Format::Mk6 => (layout::mk6_path(&disk.path, &out.name), false),
-            _ => (layout::file_path(&disk.path, &out.name), out.direct),
+            _ => (
+                layout::file_part_path(&disk.path, &out.name, part),
+                out.direct,
+            ),
         };
         let (file, direct, n) =
             diskio::create_new(&path, direct).map_err(|e| fail(&path, "cannot create", e))?;
@@ -203,6 +228,7 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
             frame_bytes: 0,
             direct,
             largest_block: 0,
+            part,
         };
         if out.format == Format::Mk6 {
             let block = (out.chunk_frames * fs + layout::MK6_BLOCK_HEADER_BYTES as u64) as u32;
@@ -294,10 +320,35 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
     })
 }
 
-/// Closes the scan's open files on a disk (one, or one per data stream): trimmed, the Mark6
-/// header's block size set to the scan's largest block, synced. Returns (path, size) of each
-/// file, and the first failure.
+/// Closes one file of the scan: trimmed, the Mark6 header's block size set, synced.
 /// `block_size`: the scan's largest Mark6 block, header included (the same in every file).
+fn close_file(
+    open: OpenScanFile,
+    format: Format,
+    frame_size: usize,
+    block_size: u64,
+) -> ClosedScanFile {
+    let mut result = Ok(());
+    if format == Format::Mk6 {
+        let header = Mk6FileHeader::vdif(block_size as u32, frame_size as u32).to_bytes();
+        let mut direct = false;
+        result = diskio::write_all_at(&open.file, &mut direct, &header, 0, Budget::none())
+            .map_err(|(_, e)| format!("writing the header of {}: {e}", open.path.display()));
+    }
+    let result = result.and_then(|()| {
+        diskio::finish(&open.file, open.end)
+            .map_err(|e| format!("fdatasync of {} failed: {e}", open.path.display()))
+    });
+    ClosedScanFile {
+        path: open.path,
+        bytes: open.end,
+        error: result.err(),
+    }
+}
+
+/// Closes the scan's open files on a disk (one, or one per data stream with a split) and
+/// collects those closed before (rotated parts). Returns (path, size) of each file, and the
+/// first failure.
 pub fn close_scan_files(
     disk: &Disk,
     format: Format,
@@ -305,24 +356,13 @@ pub fn close_scan_files(
     block_size: u64,
 ) -> (Vec<(PathBuf, u64)>, Option<String>) {
     let mut state = disk.state.lock().unwrap();
-    let mut closed = Vec::new();
-    let mut error = None;
-    for open in state.open.drain(..) {
-        let mut result = Ok(());
-        if format == Format::Mk6 {
-            let header = Mk6FileHeader::vdif(block_size as u32, frame_size as u32).to_bytes();
-            let mut direct = false;
-            result = diskio::write_all_at(&open.file, &mut direct, &header, 0, Budget::none())
-                .map_err(|(_, e)| format!("writing the header of {}: {e}", open.path.display()));
-        }
-        let result = result.and_then(|()| {
-            diskio::finish(&open.file, open.end)
-                .map_err(|e| format!("fdatasync of {} failed: {e}", open.path.display()))
-        });
-        if let Err(e) = result {
-            error.get_or_insert(e);
-        }
-        closed.push((open.path, open.end));
-    }
+    let mut all: Vec<ClosedScanFile> = state.closed.drain(..).collect();
+    let open: Vec<OpenScanFile> = state.open.drain(..).collect();
+    all.extend(
+        open.into_iter()
+            .map(|o| close_file(o, format, frame_size, block_size)),
+    );
+    let error = all.iter().find_map(|c| c.error.clone());
+    let closed = all.into_iter().map(|c| (c.path, c.bytes)).collect();
     (closed, error)
 }

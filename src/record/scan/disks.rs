@@ -23,6 +23,16 @@ pub struct OpenScanFile {
     pub direct: bool,
     /// Largest Mark6 block so far, its header included.
     pub largest_block: u64,
+    /// Which part of a `file` scan rotated by size (0: the first, or not rotated).
+    pub part: u64,
+}
+
+/// A file of the scan closed while the scan went on (a `file` scan rotated by size).
+pub struct ClosedScanFile {
+    pub path: PathBuf,
+    pub bytes: u64,
+    /// Why it may not be safely on disk (its `fdatasync` failed).
+    pub error: Option<String>,
 }
 
 /// What a disk did in the current scan.
@@ -38,6 +48,8 @@ pub struct DiskState {
     pub scan_chunks: u64,
     /// The scan's files open on this disk: one, or one per data stream with a split.
     pub open: Vec<OpenScanFile>,
+    /// The scan's files already closed on this disk (parts of a rotated `file` scan).
+    pub closed: Vec<ClosedScanFile>,
 }
 
 pub struct Disk {
@@ -88,6 +100,7 @@ impl DiskSet {
             s.scan_frame_bytes = 0;
             s.scan_chunks = 0;
             s.open.clear();
+            s.closed.clear();
             if !d.gone() {
                 ready.push_back(i);
             }

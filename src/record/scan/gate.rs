@@ -48,6 +48,8 @@ pub struct ScanPlan {
     pub stop_text: Option<String>,
     pub format: Format,
     pub chunk_bytes: u64,
+    /// `file` scans rotated by size: bytes per file at most.
+    pub file_bytes: Option<u64>,
     pub writers: usize,
     pub direct: bool,
     pub fps: Option<u32>,
@@ -637,7 +639,13 @@ impl GateLoop {
             last_frame: iso(a.last_frame),
             frames: a.frames,
             frame_size,
-            chunk_size: first_base.map_or(0, |b| b.chunk_frames * b.frame_size as u64),
+            chunk_size: first_base
+                .as_ref()
+                .map_or(0, |b| b.chunk_frames * b.frame_size as u64),
+            file_size: first_base.as_ref().and_then(|b| {
+                b.file_chunks
+                    .map(|n| n * b.chunk_frames * b.frame_size as u64)
+            }),
             chunks: a.numbers.values().sum(),
             data_streams,
             writers: a.plan.writers,
@@ -713,12 +721,20 @@ impl Active {
             ));
             chunk_frames = most.max(run);
         }
+        // A rotated file holds whole chunks: a chunk no larger than the file, and as many
+        // of them as fit.
+        let file_chunks = plan.file_bytes.map(|b| {
+            let file_frames = (b / fs as u64 / run * run).max(run);
+            chunk_frames = chunk_frames.min(file_frames);
+            file_frames / chunk_frames
+        });
         self.parts[k].base = Some(ScanOut {
             name: plan.name.clone(),
             format: plan.format,
             frame_size: fs,
             direct: plan.direct,
             chunk_frames,
+            file_chunks,
         });
     }
 

@@ -74,6 +74,8 @@ pub struct ScanSetup {
     pub format: Format,
     /// Chunk (vbs) or block (mk6) size asked for; None: the format's default.
     pub chunk_bytes: Option<u64>,
+    /// `file` scans: start a new file after this many bytes (None: one file per scan).
+    pub file_bytes: Option<u64>,
     /// Writer threads; None: from the data rate.
     pub writers: Option<usize>,
     /// Test aid: disks that fill or fail after some bytes.

@@ -11,7 +11,7 @@ pub struct DiskSummary {
     pub path: String,
     /// Bytes of frames this disk took in the scan.
     pub bytes: u64,
-    /// vbs chunks (or, for file and mk6, 1 when the disk holds the scan's file).
+    /// vbs chunks (for file and mk6: the scan's files on this disk).
     pub chunks: u64,
     /// Why the disk left the set, if it did (during this scan or before it).
     pub dropped: Option<String>,
@@ -74,6 +74,8 @@ pub struct ScanSummary {
     pub frame_size: usize,
     /// Bytes per chunk (vbs) or block (mk6, without its header).
     pub chunk_size: u64,
+    /// A `file` scan rotated by size: the most bytes in one file (whole chunks); None: one file.
+    pub file_size: Option<u64>,
     pub chunks: u64,
     /// The scan's data streams: one per thread or station with a split, else the scan itself.
     pub data_streams: Vec<DataStreamSummary>,
