@@ -66,8 +66,12 @@ def test_drao_corrupted_is_refused_by_open_and_found_by_check() -> None:
     assert r["header_warnings"]["edv0_nonzero_words"] == 10
     assert r["header_warnings"]["station_changes"] == 4
     assert "5 bits per sample with 8 channels" in r["header_warnings"]["first_header_problem"]
-    # Threads 80, 134 and 50 each carry one frame number twice.
-    assert r["totals"]["duplicates"] == 3
+    # Threads 80, 134 and 50 each carry one frame number twice, once under station 0 and once
+    # under station 1 (the station field changes 4 times, flagged above): a thread is a
+    # station's thread, so those are two stations' frames, not duplicates.
+    assert r["totals"]["duplicates"] == 0
+    pairs = sorted((t["station"], t["thread"]) for t in r["per_thread"] if t["thread"] in (50, 80, 134))
+    assert pairs == [("0", 50), ("0", 80), ("0", 134), ("1", 50), ("1", 80), ("1", 134)]
 
 
 def write_with_baseband(path: Path, *, bps: int, nchan: int, nthread: int, complex_data: bool,

@@ -376,6 +376,35 @@ def test_two_senders_into_one_port_are_one_stream(tmp_path: Path) -> None:
     lost = len(left_out(frames_of(tmp_path / "a.vdif"), data[station == 1]))
     lost += len(left_out(frames_of(tmp_path / "b.vdif"), data[station == 2]))
     assert lost == d.kernel_drops and s.frames == 10_000 - d.kernel_drops and s.invariant_holds
+    # Both senders' thread 0, of two stations: two threads, never duplicates of each other.
+    assert s.frames_duplicate == 0 and s.frames_lost == d.kernel_drops
+    assert sorted((t["station"], t["thread"]) for t in s.threads) == [("1", 0), ("2", 0)]
+
+
+def test_two_stations_in_one_port_are_counted_apart_and_named_in_the_table(tmp_path: Path) -> None:
+    from vdifrec.table import HEADER, row_line
+
+    rec = vdifrec.Recorder(port=0, ring="64MiB", frame_size=FS, fps=FPS)
+    rec.start()
+    # Both at once, as two stations' recorders would send: each second holds both.
+    senders = [
+        vdifrec.Sender(rec.address, frames=20_000, fps=FPS, station="Kv", **START),
+        vdifrec.Sender(rec.address, frames=20_000, fps=FPS, station="Ku", drop="0:100-149", **START),
+    ]
+    sent = [x.wait(timeout=30) for x in senders]
+    assert all(x is not None for x in sent)
+    d = delivered(rec.address, sum(x["frames_sent"] for x in sent if x), lambda: rec.stats().datagrams)
+    summary = rec.stop()
+    rows = list(rec.seconds(timeout=0))
+    assert summary.frames_duplicate == 0
+    per = {(t["station"], t["thread"]): t for t in summary.threads}
+    assert sorted(per) == [("Ku", 0), ("Kv", 0)]
+    if d.kernel_drops == 0:
+        assert (per[("Kv", 0)]["received"], per[("Kv", 0)]["lost"]) == (20_000, 0)
+        assert (per[("Ku", 0)]["received"], per[("Ku", 0)]["lost"]) == (19_950, 50)
+    assert HEADER.endswith("Station")
+    assert rows and all(r.stations == ["Kv", "Ku"] or r.stations == ["Ku", "Kv"] for r in rows)
+    assert all(row_line(r).split()[-1] in ("Kv+Ku", "Ku+Kv") for r in rows)
 
 
 def test_split_by_thread_writes_one_exact_scan_per_thread(tmp_path: Path) -> None:

@@ -131,16 +131,16 @@ def print_check_report(r: dict[str, Any], every_second: bool = False) -> None:
         print(f"time         {t['out_of_window']} frames out of window, {t['time_jumps']} jumps, {t['late']} late")
     rows = [s for s in r["seconds"] if every_second or s["lost"] or s["duplicates"] or s["out_of_order"] or s["invalid"]]
     if rows:
-        print("second       thread  received/expected  lost  out-of-order  duplicate  invalid")
+        print("second       station  thread  received/expected  lost  out-of-order  duplicate  invalid")
         for s in rows:
             for th in s["threads"]:
                 print(
-                    f"{s['vdif_seconds']:<12} {th['thread']:>6}  {th['received']:>8}/{th['expected']:<8}  "
+                    f"{s['vdif_seconds']:<12} {th['station']:>7}  {th['thread']:>6}  {th['received']:>8}/{th['expected']:<8}  "
                     f"{th['lost']:>4}  {th['out_of_order']:>12}  {th['duplicates']:>9}  {th['invalid']:>7}"
                 )
     for g in r["gaps"]:
         (s0, f0), (s1, f1) = g["first_missing"], g["last_missing"]
-        print(f"gap          thread {g['thread']}: {g['missing']} frames missing, {s0}:{f0} .. {s1}:{f1} (unix second:frame)")
+        print(f"gap          station {g['station']} thread {g['thread']}: {g['missing']} frames missing, {s0}:{f0} .. {s1}:{f1} (unix second:frame)")
     if r["gaps_not_listed"]:
         print(f"gap          ... {r['gaps_not_listed']} more gaps not listed")
     for c in r["corrupt"]:

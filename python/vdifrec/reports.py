@@ -40,6 +40,9 @@ class ThreadSecond(_Record):
     last_frame: int
     first_seen: float = 0.0
     last_seen: float = 0.0
+    station: str = ""
+    """The thread's station: its two-character code where printable (``Kv``), else the number.
+    A thread is a (station, thread id): two stations' thread 0 in one stream are two threads."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +87,11 @@ class SecondRow(_Record):
     def time(self) -> _dt.datetime:
         """UTC start of this second (epoch start + seconds, as used for keys)."""
         return _dt.datetime.fromtimestamp(self.unix_second, tz=_dt.timezone.utc)
+
+    @property
+    def stations(self) -> list[str]:
+        """The stations whose frames this second holds, in order of their threads."""
+        return list(dict.fromkeys(t.station for t in self.threads))
     stream: int = 0
     """The stream (its port) this second is of."""
 

@@ -13,7 +13,7 @@ from .reports import SecondRow, Summary
 HEADER = (
     f"{'Time':<10}  {'Frame_Num/Sec':>15}  {'Total_Frame':>11}  {'Buf_Stream_Size':>15}  "
     f"{'Data_Size':>15}  {'Packet_Loss':>11}  {'OutOfOrder':>10}  {'Dup':>5}  {'Invalid':>7}  "
-    f"{'RingOvfl':>8}  {'Malformed':>9}  {'KernelDrop':>10}"
+    f"{'RingOvfl':>8}  {'Malformed':>9}  {'KernelDrop':>10}  Station"
 )
 
 
@@ -22,14 +22,15 @@ STREAMS_HEADER = f"{'Port':<5}  {HEADER}"
 
 
 def row_line(r: SecondRow, streams: bool = False) -> str:
-    """One line of the table: VDIF seconds since the reference epoch, frames received/expected, ...
-    With ``streams``, the line starts with the stream's port."""
+    """One line of the table: VDIF seconds since the reference epoch, frames received/expected, ...,
+    the stations of the second's frames (``Kv``, or ``Kv+Ku`` for two in one stream). With
+    ``streams``, the line starts with the stream's port."""
     frames = f"{r.received}/{r.expected}"
     port = f"{r.stream:<5}  " if streams else ""
     return port + (
         f"{r.vdif_seconds:<10}  {frames:>15}  {r.total_frames:>11}  {r.bytes_buffered:>15}  "
         f"{r.bytes_written:>15}  {r.lost:>11}  {r.out_of_order:>10}  {r.duplicates:>5}  {r.invalid:>7}  "
-        f"{r.ring_overflow:>8}  {r.malformed:>9}  {r.kernel_drops:>10}"
+        f"{r.ring_overflow:>8}  {r.malformed:>9}  {r.kernel_drops:>10}  {'+'.join(r.stations)}"
     )
 
 

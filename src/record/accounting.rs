@@ -22,6 +22,8 @@ use std::collections::VecDeque;
 
 /// Frames in a row that confirm a jump of the stream's time.
 const CONFIRM_FRAMES: usize = 8;
+/// Stations told apart in one stream; frames of any further station count with the first's.
+const MAX_STATIONS: usize = 16;
 /// Seconds behind a thread's highest second that still count as late rather than a jump back.
 const LATE_SECONDS: i64 = 2;
 /// A thread this many seconds behind the newest second of the stream is treated as stopped.
@@ -80,9 +82,29 @@ impl Counts {
     }
 }
 
+/// A VDIF station id, written as the station's two-character code where printable (`Kv`),
+/// its number otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Station(pub u16);
+
+impl std::fmt::Display for Station {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::vdif::header::station_name_of(self.0 as u32))
+    }
+}
+
+impl Serialize for Station {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// One thread's part of a second.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ThreadSecond {
+    /// The station the thread belongs to: a thread is (station, thread id), so two stations'
+    /// thread 0 arriving in one stream are two threads.
+    pub station: Station,
     pub thread: u32,
     #[serde(flatten)]
     pub counts: Counts,
@@ -116,6 +138,7 @@ pub struct SecondRow {
 /// Per-thread totals.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ThreadTotals {
+    pub station: Station,
     pub thread: u32,
     #[serde(flatten)]
     pub counts: Counts,
@@ -133,6 +156,7 @@ pub struct ThreadTotals {
 /// A stretch of missing frames on one thread, for reports (capped in number).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Gap {
+    pub station: Station,
     pub thread: u32,
     /// First and last missing frame, as (unix second, frame number).
     pub first_missing: (i64, u32),
@@ -191,6 +215,7 @@ struct Candidate {
 }
 
 struct ThreadState {
+    station: Station,
     id: u32,
     slots: VecDeque<Slot>,
     /// Highest (second, frame number) seen.
@@ -212,8 +237,9 @@ pub struct Accounting {
     gap_policy: GapPolicy,
     /// Seconds of plain gap tolerated by GapPolicy::WallClock beyond the silent time.
     wall_tolerance: f64,
-    /// Thread index by thread id (10-bit ids).
-    index: Vec<Option<u16>>,
+    /// Thread index by thread id (10-bit ids), one table per station (a stream rarely
+    /// carries more than one, so finding the table is one comparison).
+    index: Vec<(Station, Vec<Option<u16>>)>,
     threads: Vec<ThreadState>,
     /// Closed (thread, slot) results waiting for the other threads' part of their second.
     closed: VecDeque<(i64, ThreadSecond, u32, u32)>,
@@ -235,7 +261,7 @@ impl Accounting {
             fps_learned: 0,
             gap_policy,
             wall_tolerance: 2.0,
-            index: vec![None; 1024],
+            index: Vec::new(),
             threads: Vec::new(),
             closed: VecDeque::new(),
             rows: VecDeque::new(),
@@ -266,17 +292,31 @@ impl Accounting {
     /// Counts one frame with a valid header of the stream's frame size.
     pub fn frame(&mut self, header: &Header, fate: Fate) {
         let tid = header.thread_id();
-        let ti = match self.index[tid as usize] {
+        let station = Station(header.station_id() as u16);
+        let table = match self.index.iter().position(|(s, _)| *s == station) {
+            Some(k) => k,
+            None if self.index.len() < MAX_STATIONS => {
+                self.index.push((station, vec![None; 1024]));
+                self.index.len() - 1
+            }
+            // More stations than any real stream carries (stray frames with random station
+            // ids, say): counted with the first station's threads, so memory stays bounded.
+            None => 0,
+        };
+        let station = self.index[table].0;
+        let ti = match self.index[table].1[tid as usize] {
             Some(i) => i as usize,
             None => {
-                self.index[tid as usize] = Some(self.threads.len() as u16);
+                self.index[table].1[tid as usize] = Some(self.threads.len() as u16);
                 self.threads.push(ThreadState {
+                    station,
                     id: tid,
                     slots: VecDeque::new(),
                     highest: None,
                     frames_since_advance: 0,
                     candidates: Vec::new(),
                     totals: ThreadTotals {
+                        station,
                         thread: tid,
                         ..Default::default()
                     },
@@ -500,6 +540,7 @@ impl Accounting {
                     self.flush_gap(ti);
                     self.threads[ti].open_gap = Some(OpenGap {
                         gap: Gap {
+                            station: self.threads[ti].station,
                             thread: self.threads[ti].id,
                             first_missing: (slot.second, run_start),
                             last_missing: (slot.second, fnr - 1),
@@ -609,6 +650,7 @@ impl Accounting {
         t.totals.counts.expected += slot.counts.expected;
         t.totals.counts.lost += slot.counts.lost;
         let ts = ThreadSecond {
+            station: t.station,
             thread: t.id,
             counts: slot.counts,
             first_frame: if seen { slot.min_fnr } else { 0 },
@@ -814,6 +856,59 @@ mod tests {
         let t = acc.totals();
         assert_eq!(t.counts.received, 400);
         assert_eq!(t.counts.lost, 0);
+    }
+
+    #[test]
+    fn a_thread_is_a_station_and_a_thread_id() {
+        // Two stations' thread 0 interleaved in one stream (two senders into one port), the
+        // second with frames 50..59 of second 11 missing: two threads, no duplicates.
+        let mut acc = Accounting::new(Some(100), GapPolicy::CountAsLoss);
+        let station = |id: u32, h: Header| {
+            let mut h = h;
+            h.set(field::STATION_ID, id).unwrap();
+            h
+        };
+        for (_, s, f) in seq(0, 100, (10, 0), 300) {
+            acc.frame(&station(0x4b76, hdr(0, s, f)), Fate::Buffered); // Kv
+            if !(s == 11 && (50..60).contains(&f)) {
+                acc.frame(&station(0x4b75, hdr(0, s, f)), Fate::Buffered); // Ku
+            }
+        }
+        acc.finish();
+        let t = acc.totals();
+        assert_eq!((t.counts.received, t.counts.duplicates), (590, 0));
+        assert_eq!(t.counts.lost, 10);
+        let per: Vec<(String, u32, u64, u64)> = acc
+            .thread_totals()
+            .iter()
+            .map(|t| {
+                (
+                    t.station.to_string(),
+                    t.thread,
+                    t.counts.received,
+                    t.counts.lost,
+                )
+            })
+            .collect();
+        assert_eq!(
+            per,
+            vec![("Kv".into(), 0, 300, 0), ("Ku".into(), 0, 290, 10)]
+        );
+        let rows = acc.take_rows();
+        let second_11: Vec<(String, u64)> = rows[1]
+            .threads
+            .iter()
+            .map(|t| (t.station.to_string(), t.counts.lost))
+            .collect();
+        assert_eq!(second_11, vec![("Kv".into(), 0), ("Ku".into(), 10)]);
+        assert_eq!(acc.gaps().0[0].station.to_string(), "Ku");
+        // A 17th station and more are counted with the first station's threads.
+        let mut acc = Accounting::new(Some(100), GapPolicy::CountAsLoss);
+        for id in 1..=20 {
+            acc.frame(&station(id, hdr(0, 10, id)), Fate::Buffered);
+        }
+        assert_eq!(acc.thread_totals().len(), MAX_STATIONS);
+        assert_eq!(acc.thread_totals()[0].counts.received, 5);
     }
 
     #[test]
