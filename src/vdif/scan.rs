@@ -631,24 +631,27 @@ impl ScanLayout {
         )
     }
 
+    /// The first frame of part `p` (None: no part).
+    fn first_stamp(&self, heads: &mut Heads, p: Option<&Part>) -> Result<Option<Stamp>, ScanError> {
+        p.map(|p| part_header(heads, p, part_word(self.format)).map(|h| Stamp::of(&h)))
+            .transpose()
+    }
+
+    /// The last frame of part `p` (None: no part).
+    fn last_stamp(&self, heads: &mut Heads, p: Option<&Part>) -> Result<Option<Stamp>, ScanError> {
+        p.map(|p| {
+            last_header(heads, p, self.frame_size, part_word(self.format)).map(|h| Stamp::of(&h))
+        })
+        .transpose()
+    }
+
     /// The first frame of the first part and the last frame of the last part.
     pub fn ends(&self) -> Result<(Option<Stamp>, Option<Stamp>), ScanError> {
         let mut heads = Heads::default();
-        let what = part_word(self.format);
-        let first = match self.parts.first() {
-            Some(p) => Some(Stamp::of(&part_header(&mut heads, p, what)?)),
-            None => None,
-        };
-        let last = match self.parts.last() {
-            Some(p) => Some(Stamp::of(&last_header(
-                &mut heads,
-                p,
-                self.frame_size,
-                what,
-            )?)),
-            None => None,
-        };
-        Ok((first, last))
+        Ok((
+            self.first_stamp(&mut heads, self.parts.first())?,
+            self.last_stamp(&mut heads, self.parts.last())?,
+        ))
     }
 
     /// The missing parts as runs, with the frames on either side.
@@ -665,19 +668,8 @@ impl ScanLayout {
             let (first, last) = (self.missing[i], self.missing[j]);
             let prev = self.parts.iter().rev().find(|p| p.number < first);
             let next = self.parts.iter().find(|p| p.number > last);
-            let after = match prev {
-                Some(p) => Some(Stamp::of(&last_header(
-                    &mut heads,
-                    p,
-                    self.frame_size,
-                    what,
-                )?)),
-                None => None,
-            };
-            let before = match next {
-                Some(p) => Some(Stamp::of(&part_header(&mut heads, p, what)?)),
-                None => None,
-            };
+            let after = self.last_stamp(&mut heads, prev)?;
+            let before = self.first_stamp(&mut heads, next)?;
             let numbers = if first == last {
                 format!("{what} {first}")
             } else {
