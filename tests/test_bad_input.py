@@ -31,7 +31,7 @@ import vdifrec
 from vdifrec import cli
 
 #: Subcommands that bind sockets or start threads: always a subprocess.
-SUBPROCESS = {"record", "monitor", "send", "demo"}
+SUBPROCESS = {"record", "monitor", "send", "demo", "serve"}
 TIMEOUT = 30.0
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +79,10 @@ VALID: dict[str, dict[str, tuple[str, ...]]] = {
     # Nobody listens on {tcp}.
     "watch": {"address": ("127.0.0.1:{tcp}",), "--count": ("--count=1",)},
     "doctor": {"--quick": ("--quick",), "--path": ("--path={tmp}",)},
+    # A serve that wrongly started would run until killed: every case must stop it first.
+    "serve": {"--disk": ("--disk={tmp}",), "--control": ("--control=127.0.0.1:0",), "--ring": ("--ring=32MiB",)},
+    # Nobody listens on {tcp}.
+    "vsi": {"address": ("127.0.0.1:{tcp}",), "commands": ("status?",), "--timeout": ("--timeout=2",)},
     "demo": {"--seconds": ("--seconds=0.2",), "--fps": ("--fps=1000",), "--ring": ("--ring=16MiB",)},
 }
 
@@ -218,6 +222,44 @@ def _cases() -> list[Case]:
     flag("record", "--split", {"port": "thread, station or sender", "": "thread, station or sender"}, **scan)
     flag("record", "--disk-fault", {"nonsense": "DIR=full@SIZE", "{tmp}=melt@1MiB": "full or error",
                                     "/elsewhere=full@1MiB": "not one of the disks"}, **scan)
+
+    # -- serve: the capture and scan options as record's (checked by the engine before the
+    # control port or any data port is bound), and its own
+    sv = "serve"
+    control = r"\[HOST:\]PORT"
+    flag(sv, "--control", {"nonsense": control, "99999": control, ":2620": control, "": control})
+    c(sv, "--control", "--control=127.0.0.1:{busy_tcp}", allowed="in use")
+    flag(sv, "--port", {"99999": "0..65535", "abc": WHOLE, "46227,x": "not a port"})
+    c(sv, "--port", "--port={busy_udp}", allowed="in use")
+    flag(sv, "--bind", {"not-an-address": "IP address", "192.0.2.1": "address of this host"})
+    flag(sv, "--multicast", {"1.2.3.4": "multicast group"})
+    flag(sv, "--ring", {"100TiB": "smaller ring", "1XB": SIZE_UNITS})
+    flag(sv, "--frame-size", {"8220": "multiple of 8"})
+    flag(sv, "--offset", {"-1": r"0\.\.64"})
+    flag(sv, "--fps", {"0": FPS})
+    for cpu in ("--capture-cpu", "--writer-cpu"):
+        flag(sv, cpu, {"-1": r"0\.\.4095", "abc": WHOLE})
+    flag(sv, "--rcvbuf", {"0": "2GiB", "1QB": SIZE_UNITS})
+    flag(sv, "--backend", {"nonsense": "udp, afpacket or pfring"})
+    flag(sv, "--interface", {"": "ip link"}, extra=("--backend=afpacket", *raw_port))
+    flag(sv, "--pfring-library", {"": EMPTY}, extra=("--backend=pfring", "--interface=lo", *raw_port))
+    flag(sv, "--status-listen", {"nonsense": "HOST:PORT", "127.0.0.1:99999": "HOST:PORT"})
+    flag(sv, "--disk", {"": EMPTY, nodir: "does not exist", "{tmp}/none*": "matches no directory"})
+    flag(sv, "--format", {"mk5": "file, vbs or mk6"})
+    flag(sv, "--chunk-size", {"0": "at least", "1XB": SIZE_UNITS})
+    flag(sv, "--writers", {"0": r"1\.\.64", "abc": WHOLE})
+    flag(sv, "--split", {"port": "thread, station or sender"})
+    flag(sv, "--disk-fault", {"nonsense": "DIR=full@SIZE", "/elsewhere=full@1MiB": "not one of the disks"})
+    flag(sv, "--gather-dir", {"": EMPTY, nodir: "not a directory", "{tmp}/exists.vdif": "not a directory"})
+    flag(sv, "--log", {"": EMPTY, f"{nodir}/log.txt": "cannot write", "{tmp}": "cannot write"})
+    flag(sv, "--idle-timeout", {"0": ABOVE_0, "abc": ABOVE_0, "-5": ABOVE_0})
+
+    # -- vsi: the address's form and the commands are checked before connecting
+    for address in ("127.0.0.1:abc", "127.0.0.1:99999", "host:"):
+        c("vsi", "address", address, "status?", allowed=r"HOST\[:PORT\]", without=("status?",))
+    c("vsi", "commands", "", allowed="at least one command")
+    c("vsi", "commands", ";;", allowed="at least one command")
+    flag("vsi", "--timeout", {"0": ABOVE_0, "abc": ABOVE_0})
 
     # -- send: the engine checks every option before the first datagram
     flag("send", "--to", {"nonsense": "HOST:PORT", "": "HOST:PORT", "127.0.0.1": "HOST:PORT",

@@ -50,9 +50,7 @@ def add_record(sub: Any) -> None:
         "loss is reported, not an error), 1 otherwise, 2 on usage errors.",
     )
     # Each flag's dest is the engine's name for the option, so errors map back to the flag.
-    p.add_argument("--port", required=True, help="UDP port (0: any free port); several streams: 46227,46228, each may carry its address: 46227@10.0.1.1")
-    p.add_argument("--bind", help=f"address to listen on (default {default('recorder', 'bind')}; 0.0.0.0 or the interface address to hear the network)")
-    p.add_argument("--multicast", help="multicast group to join")
+    add_capture_arguments(p, port_required=True)
     out = p.add_mutually_exclusive_group()
     out.add_argument("--out", dest="path", type=path, help="write to this file (rotated files get _0001, ...)")
     out.add_argument("--dir", dest="directory", type=path, help="write {prefix}_{YYYY}y{DOY}d{HH}h{MM}m{SS}s.vdif files here")
@@ -60,12 +58,30 @@ def add_record(sub: Any) -> None:
     p.add_argument("--no-write", action="store_true", help="monitor only: write nothing")
     p.add_argument("--duration", type=positive(), default=None, help="stop after this many seconds")
     p.add_argument("--frames", dest="max_frames", type=integer, help="stop after this many frames")
+    p.add_argument("--file-size", type=size, help="start a new file after this many bytes (also file scans: <scan>.0001.vdif, ...)")
+    p.add_argument("--summary-json", type=output, default=None, help="write the summary (every counter, every second) as JSON here")
+    add_scan_arguments(p)
+    p.add_argument("--scan", help="name of the scan to record (with --disk): letters, digits, _ and -")
+    p.add_argument("--start", help="the scan holds frames from this time on (UTC: 2026-11-30T22:48:47.5, 2026y334d22h48m47.5s; VDIF time EPOCH:SECONDS; or POSIX seconds)")
+    p.add_argument("--stop", help="the scan holds frames before this VDIF time; the recording ends when it has passed")
+    p.add_argument("--quiet", action="store_true", help="no per-second table")
+    p.set_defaults(func=run_record)
+
+
+def add_capture_arguments(p: Any, port_required: bool) -> None:
+    """How the stream is received: the options `record` and `serve` share (each flag's dest is
+    the engine's name for the option, so errors map back to the flag)."""
+    port_help = "UDP port (0: any free port); several streams: 46227,46228, each may carry its address: 46227@10.0.1.1"
+    if not port_required:
+        port_help += " (optional: net_port= binds one)"
+    p.add_argument("--port", required=port_required, help=port_help)
+    p.add_argument("--bind", help=f"address to listen on (default {default('recorder', 'bind')}; 0.0.0.0 or the interface address to hear the network)")
+    p.add_argument("--multicast", help="multicast group to join")
     p.add_argument("--ring", type=size, help=f"ring buffer size (default {default('recorder', 'ring')})")
     p.add_argument("--frame-size", type=integer, help="bytes per frame incl. header (default: learned from the first frame)")
     p.add_argument("--offset", type=integer, help="bytes to strip before each frame (8 for a PSN; default 0)")
     p.add_argument("--psn", action="store_true", default=None, help="count gaps in the 8-byte packet sequence numbers (with --offset 8)")
     p.add_argument("--fps", type=integer, help="frames per second per thread (default: learned)")
-    p.add_argument("--file-size", type=size, help="start a new file after this many bytes (also file scans: <scan>.0001.vdif, ...)")
     p.add_argument("--capture-cpu", type=integer, help="pin the capture thread to this CPU")
     p.add_argument("--writer-cpu", type=integer, help="pin the writer thread to this CPU")
     p.add_argument("--no-direct", dest="direct", action="store_false", default=None, help="buffered writes instead of O_DIRECT")
@@ -73,19 +89,17 @@ def add_record(sub: Any) -> None:
     p.add_argument("--backend", help="capture backend: udp (default, no privileges), afpacket (TPACKET_V3 on --interface, CAP_NET_RAW), pfring (PF_RING on --interface)")
     p.add_argument("--interface", help="network interface for the afpacket and pfring backends")
     p.add_argument("--pfring-library", type=path, help="path of libpfring.so (default: the system's)")
-    p.add_argument("--summary-json", type=output, default=None, help="write the summary (every counter, every second) as JSON here")
     p.add_argument("--status-listen", help="serve GET /status (JSON) and /metrics (Prometheus) at HOST:PORT (PORT alone: localhost)")
-    p.add_argument("--disk", dest="disks", action="append", help="record a scan to this directory, one per disk (repeat, or a glob such as '/mnt/disk*')")
-    p.add_argument("--scan", help="name of the scan to record (with --disk): letters, digits, _ and -")
-    p.add_argument("--start", help="the scan holds frames from this time on (UTC: 2026-11-30T22:48:47.5, 2026y334d22h48m47.5s; VDIF time EPOCH:SECONDS; or POSIX seconds)")
-    p.add_argument("--stop", help="the scan holds frames before this VDIF time; the recording ends when it has passed")
+
+
+def add_scan_arguments(p: Any, disks_required: bool = False) -> None:
+    """Where and how scans are written: the options `record` and `serve` share."""
+    p.add_argument("--disk", dest="disks", action="append", required=disks_required, help="record scans to this directory, one per disk (repeat, or a glob such as '/mnt/disk*')")
     p.add_argument("--format", help="scan layout: file (one disk), vbs (FlexBuff chunks; the default with several disks), mk6 (Mark6 scatter-gather)")
     p.add_argument("--chunk-size", type=size, help="vbs chunk or mk6 block size (default 256MiB and 8MiB), rounded to whole runs of 128 frames")
     p.add_argument("--writers", type=integer, help="scan writer threads (default: one per 5 Gbit/s plus one, at most one per disk)")
     p.add_argument("--split", help="write one scan per VDIF thread, station or sender, named SCAN_ds<key> (thread, station or sender)")
     p.add_argument("--disk-fault", dest="disk_faults", action="append", type=disk_fault, help="test aid: DIR=full@SIZE or DIR=error@SIZE, that disk fills or fails after SIZE bytes")
-    p.add_argument("--quiet", action="store_true", help="no per-second table")
-    p.set_defaults(func=run_record)
 
 
 def disk_fault(text: str) -> tuple[str, str]:

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _cli_doctor, _cli_monitor, _cli_quality, _cli_record, _cli_scans, _cli_watch, _core
+from . import _cli_doctor, _cli_monitor, _cli_quality, _cli_record, _cli_scans, _cli_serve, _cli_watch, _core
 from ._cli_args import (
     DEFAULTS,
     OptionError,
@@ -194,6 +194,8 @@ _COMMANDS: list[Callable[[Any], None]] = [
     _cli_scans.add_scans,
     _cli_record.add_record,
     _cli_record.add_send,
+    _cli_serve.add_serve,
+    _cli_serve.add_vsi,
     _cli_monitor.add_monitor,
     _cli_quality.add_quality,
     _cli_watch.add_watch,

@@ -41,32 +41,30 @@ impl PyRecorder {
 
     /// Allocates the ring, binds the socket, starts the threads; returns the bound (host, port).
     fn start(&self, py: Python<'_>) -> PyResult<(String, u16)> {
-        let mut inner = self.inner.lock().unwrap();
-        if inner.is_some() || self.summary.lock().unwrap().is_some() {
-            return Err(RecorderError::new_err(
-                "this recorder has been started already; make a new Recorder for a new recording",
-            ));
-        }
-        let cfg = self.config.clone();
-        let rec = py.detach(|| CoreRecorder::start(cfg)).map_err(record_err)?;
-        let addr = rec.local_addr();
-        *self.shared.lock().unwrap() = Some(rec.shared());
-        *inner = Some(rec);
-        Ok((addr.ip().to_string(), addr.port()))
+        self.locked(py, |inner| {
+            if inner.is_some() || self.summary.lock().unwrap().is_some() {
+                return Err(RecorderError::new_err(
+                    "this recorder has been started already; make a new Recorder for a new recording",
+                ));
+            }
+            let rec = CoreRecorder::start(self.config.clone()).map_err(record_err)?;
+            let addr = rec.local_addr();
+            *self.shared.lock().unwrap() = Some(rec.shared());
+            *inner = Some(rec);
+            Ok((addr.ip().to_string(), addr.port()))
+        })
     }
 
     /// Every stream's bound (host, port), in the order given (empty before start).
-    fn addresses(&self) -> Vec<(String, u16)> {
-        self.inner
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map_or_else(Vec::new, |r| {
+    fn addresses(&self, py: Python<'_>) -> Vec<(String, u16)> {
+        self.locked(py, |inner| {
+            inner.as_ref().map_or_else(Vec::new, |r| {
                 r.local_addrs()
                     .into_iter()
                     .map(|a| (a.ip().to_string(), a.port()))
                     .collect()
             })
+        })
     }
 
     /// Stops (drains the ring to disk) and returns the summary as JSON; again: the same one.
@@ -74,7 +72,7 @@ impl PyRecorder {
         if let Some(s) = self.summary.lock().unwrap().clone() {
             return Ok(Some(s));
         }
-        let taken = self.inner.lock().unwrap().take();
+        let taken = self.locked(py, |inner| inner.take());
         let Some(mut rec) = taken else {
             return Ok(None);
         };
@@ -85,11 +83,9 @@ impl PyRecorder {
     }
 
     /// Every counter now, as JSON (None before start or after stop).
-    fn stats(&self) -> PyResult<Option<String>> {
-        match self.inner.lock().unwrap().as_ref() {
-            Some(r) => Ok(Some(to_json(&r.stats())?)),
-            None => Ok(None),
-        }
+    fn stats(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        let stats = self.locked(py, |inner| inner.as_ref().map(|r| r.stats()));
+        stats.map(|s| to_json(&s)).transpose()
     }
 
     /// Waits up to `timeout` seconds for per-second rows beyond index `start`; JSON list.
@@ -111,32 +107,30 @@ impl PyRecorder {
     }
 
     /// (host, port) of the status endpoint, if it runs.
-    fn status_address(&self) -> Option<(String, u16)> {
-        self.inner
-            .lock()
-            .unwrap()
-            .as_ref()
-            .and_then(|r| r.status_addr())
-            .map(|a| (a.ip().to_string(), a.port()))
+    fn status_address(&self, py: Python<'_>) -> Option<(String, u16)> {
+        self.locked(py, |inner| {
+            inner
+                .as_ref()
+                .and_then(|r| r.status_addr())
+                .map(|a| (a.ip().to_string(), a.port()))
+        })
     }
 
-    fn notes(&self) -> Vec<String> {
-        self.inner
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map_or_else(Vec::new, |r| r.notes())
+    fn notes(&self, py: Python<'_>) -> Vec<String> {
+        self.locked(py, |inner| {
+            inner.as_ref().map_or_else(Vec::new, |r| r.notes())
+        })
     }
 
     /// Where the stream is taken from, for the operator (None before start).
     #[getter]
-    fn source(&self) -> Option<String> {
-        self.inner.lock().unwrap().as_ref().map(|r| r.source())
+    fn source(&self, py: Python<'_>) -> Option<String> {
+        self.locked(py, |inner| inner.as_ref().map(|r| r.source()))
     }
 
     #[getter]
-    fn running(&self) -> bool {
-        self.inner.lock().unwrap().is_some()
+    fn running(&self, py: Python<'_>) -> bool {
+        self.locked(py, |inner| inner.is_some())
     }
 
     /// Starts a scan (`start`/`stop`: UTC text, VDIF-time bounds); returns the name used.
@@ -157,14 +151,14 @@ impl PyRecorder {
             start: time("start", start)?,
             stop: time("stop", stop)?,
         };
-        self.with_recorder(|r| py.detach(|| r.start_scan(req)).map_err(scan_command_err))
+        self.with_recorder(py, |r| r.start_scan(req).map_err(scan_command_err))
     }
 
     /// Ends the running scan now; waits (up to `timeout` s, None: as long as it takes) until
     /// it is on disk and returns its summary as JSON (None if still being written).
     #[pyo3(signature = (timeout=None))]
     fn stop_scan(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<String>> {
-        self.with_recorder(|r| r.end_scan().map_err(scan_command_err))?;
+        self.with_recorder(py, |r| r.end_scan().map_err(scan_command_err))?;
         self.wait_scan(py, timeout)
     }
 
@@ -178,7 +172,7 @@ impl PyRecorder {
         loop {
             // Short waits, so that Ctrl-C reaches Python and other calls get the recorder.
             let slice = Duration::from_millis(100);
-            let got = self.with_recorder(|r| Ok(py.detach(|| r.wait_scan(Some(slice)))))?;
+            let got = self.with_recorder(py, |r| Ok(r.wait_scan(Some(slice))))?;
             if let Some(s) = got {
                 return Ok(Some(to_json(&s)?));
             }
@@ -190,12 +184,8 @@ impl PyRecorder {
     }
 
     /// The scan running now (or still being written out), if any.
-    fn active_scan(&self) -> Option<String> {
-        self.inner
-            .lock()
-            .unwrap()
-            .as_ref()
-            .and_then(|r| r.active_scan())
+    fn active_scan(&self, py: Python<'_>) -> Option<String> {
+        self.locked(py, |inner| inner.as_ref().and_then(|r| r.active_scan()))
     }
 
     /// Pins the newest `n` frames (fewer if fewer have arrived) and returns (owner, first
@@ -215,13 +205,29 @@ impl PyRecorder {
 }
 
 impl PyRecorder {
-    fn with_recorder<T>(&self, f: impl FnOnce(&mut CoreRecorder) -> PyResult<T>) -> PyResult<T> {
-        match self.inner.lock().unwrap().as_mut() {
+    /// Runs `f` on the recorder with the GIL released. Every use of `inner` goes through here:
+    /// a thread may hold it while it waits (for a scan to reach the disk, for the ring to be
+    /// laid out), and another that waited for it holding the GIL would keep the first from
+    /// ever getting the GIL back (`vdifrec serve` answers `record?` while `record=off` waits).
+    fn locked<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Option<CoreRecorder>) -> T + Send,
+    ) -> T {
+        py.detach(|| f(&mut self.inner.lock().unwrap()))
+    }
+
+    fn with_recorder<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut CoreRecorder) -> PyResult<T> + Send,
+    ) -> PyResult<T> {
+        self.locked(py, |inner| match inner.as_mut() {
             Some(r) => f(r),
             None => Err(RecorderError::new_err(
                 "the recorder is not running: call start() first (scans need a running recorder)",
             )),
-        }
+        })
     }
 
     fn ring(&self) -> PyResult<Arc<Ring>> {

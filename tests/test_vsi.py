@@ -1,0 +1,415 @@
+"""Station control by VSI-S: `vdifrec serve` driven as the Field System drives jive5ab on a
+FlexBuff (REFERENCE.md "VSI-S"), with the sender on loopback. Every reply is checked against
+the grammar with a pattern written here (not vdifrec's parser), each scan byte for byte against
+what was sent (kernel drops, which an untuned host may have, change the expectation, never the
+verdict), then bad parameters, unknown keywords, abuse of the control port while a scan
+records, two clients racing for `record=on`, and SIGTERM during a scan.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import delivered, free_udp_port, frames_of, left_out, run_cli
+
+import vdifrec
+from vdifrec.vsi import Code, Reply, VSIClient, VSIError, parse_reply
+from vdifrec.vsi.protocol import parse, split_line
+
+FS = 8224
+FPS = 15_625  # VDIF_8192-1024-4-2: 1024 Mbit/s of 8192-byte payloads
+MODE = "VDIF_8192-1024-4-2"
+START = dict(ref_epoch=53, start_second=2000)
+# `!keyword= code [: field]* ;` or `!keyword? ...`, written from the reference, not from vdifrec.
+GRAMMAR = re.compile(r"^!([a-z_0-9]+)([=?]) (\d+)((?: : [^:;]*)*) ;$")
+CHUNK_RE = re.compile(r"^[^/.]+\.([0-9]{8})$")
+
+
+def check_grammar(r: Reply) -> Reply:
+    m = GRAMMAR.match(str(r))
+    assert m, f"reply does not follow the grammar: {r}"
+    return r
+
+
+class Serve:
+    """`vdifrec serve` in a subprocess on free ports, and a client to it."""
+
+    def __init__(self, tmp: Path, *extra: str) -> None:
+        self.disks = [tmp / "disk0", tmp / "disk1"]
+        for d in self.disks:
+            d.mkdir(exist_ok=True)
+        self.gather = tmp / "gather"
+        self.gather.mkdir(exist_ok=True)
+        self.log = tmp / "serve.log"
+        self.out = tmp / "serve.out"
+        cmd = [sys.executable, "-m", "vdifrec.cli", "serve", "--control", "127.0.0.1:0", "--disk", str(tmp / "disk*"),
+               "--gather-dir", str(self.gather), "--ring", "64MiB", "--log", str(self.log), *extra]
+        self._out = open(self.out, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 30
+        m = None
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            m = re.search(r"control on ([0-9.]+):(\d+)", self.out.read_text())
+            if m:
+                break
+            time.sleep(0.05)
+        assert m, self.out.read_text()
+        self.address = (m.group(1), int(m.group(2)))
+        self.client = VSIClient(self.address, timeout=30)
+
+    def __call__(self, line: str) -> list[Reply]:
+        return [check_grammar(r) for r in self.client.send_line(line)]
+
+    def one(self, command: str) -> Reply:
+        return check_grammar(self.client.send(command))
+
+    def wait_off(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.one("record?").fields == ("off",):
+                return
+            time.sleep(0.05)
+        raise AssertionError("record? did not say off")
+
+    def stats(self) -> dict[str, str]:
+        return dict(f.split("=", 1) for f in self.one("stats?").fields)
+
+    def stop(self) -> int:
+        self.client.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        finally:
+            self._out.close()
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Serve]:
+    s = Serve(tmp_path)
+    yield s
+    s.stop()
+
+
+def vbs_scan(disks: list[Path], scan: str) -> bytes:
+    chunks: dict[int, Path] = {}
+    for d in disks:
+        for f in (d / scan).iterdir() if (d / scan).is_dir() else []:
+            m = CHUNK_RE.match(f.name)
+            if m and f.name.startswith(scan + "."):
+                chunks[int(m.group(1))] = f
+    assert sorted(chunks) == list(range(len(chunks)))
+    return b"".join(chunks[k].read_bytes() for k in sorted(chunks))
+
+
+def scan_summary(disks: list[Path], scan: str) -> dict:
+    for d in disks:
+        p = d / scan / f"{scan}.summary.json"
+        if p.exists():
+            return json.loads(p.read_text())
+    raise AssertionError(f"no summary beside {scan}")
+
+
+# -- the protocol, alone ---------------------------------------------------------------------------
+
+
+def test_commands_split_and_parse_as_the_reference_says() -> None:
+    assert split_line(" mode = VDIF_8192-8192-4-2 ; record?;;net_port=46300") == ["mode = VDIF_8192-8192-4-2", "record?", "net_port=46300"]
+    c = parse("Record = on : kvn_scan1 : ev001 : Kv")
+    assert (c.keyword, c.query, c.params) == ("record", False, ("on", "kvn_scan1", "ev001", "Kv"))
+    q = parse("scan_set=::+20000000")
+    assert q.params == ("", "", "+20000000") and q.param(0, "x") == "x"
+    assert parse("record?").query and parse("record?").params == ()
+    assert str(Reply("record", True, 0, ("on", "1", "s1", "100"))) == "!record? 0 : on : 1 : s1 : 100 ;"
+    assert str(Reply("record", False, 1)) == "!record= 1 ;"
+    # jive5ab's own spacing reads back the same.
+    r = parse_reply("!set_disks?  0 : 3 : /m0 : /m1 : /m2 ;")
+    assert (r.keyword, r.query, r.code, r.fields) == ("set_disks", True, 0, ("3", "/m0", "/m1", "/m2"))
+    assert parse_reply("!record = 6 : x ;").code == 6
+    with pytest.raises(ValueError, match="not a VSI-S reply"):
+        parse_reply("hello")
+
+
+# -- a Field System session ------------------------------------------------------------------------
+
+
+def test_a_field_system_session_records_three_exact_scans(serve: Serve, tmp_path: Path) -> None:
+    port = free_udp_port()
+    d0, d1 = (str(d) for d in serve.disks)
+    replies = serve(f"mode={MODE};net_protocol=pudp:32M:8M:4;net_port={port};set_disks={d0}:{d1};mtu=9000")
+    assert [r.code for r in replies] == [0, 0, 0, 0, 0], replies
+    assert replies[3].fields == ("2",)
+    assert serve.one("mode?").fields == (MODE, "VDIF", "8", "128000000.000", "8192")
+    assert serve.one("net_protocol?").fields == ("pudp", "33554432", "8388608", "4")
+    assert serve.one("net_port?").fields == (str(port),)
+    assert serve.one("set_disks?").fields == ("2", d0, d1)
+    assert serve.one("mtu?").fields == ("9000",)
+    assert serve.one("status?").fields == ("0x00000001",)
+    assert serve.one("record?").fields == ("off",)
+    for v in ("version?", "dts_id?", "os_rev?", "rtime?"):
+        assert serve.one(v).code == 0
+    assert serve.one("version?").fields[:2] == ("vdifrec", vdifrec.__version__)
+    frames = [3000, 5000, 2000]
+    for k, n in enumerate(frames, start=1):
+        name = f"kvn_scan{k}"
+        on = serve.one(f"record=on:{name}")
+        assert (on.code, on.fields) == (0, ())
+        assert serve.one("status?").fields == ("0x00000059",)
+        sent_file = tmp_path / f"sent{k}.vdif"
+        before = int(serve.stats()["datagrams"])
+        sent = vdifrec.send(("127.0.0.1", port), frames=n, fps=FPS, record_sent=sent_file, ref_epoch=53,
+                            start_second=2000 + 10 * k)
+        d = delivered(("127.0.0.1", port), sent["frames_sent"], lambda: int(serve.stats()["datagrams"]) - before)
+        state = serve.one("record?")
+        assert state.fields[:3] == ("on", str(k), name)
+        assert int(state.fields[3]) == (n - d.kernel_drops) * FS
+        ev = serve.one("evlbi?")
+        assert ev.fields[:3] == ("total", str(n - d.kernel_drops), "loss")
+        assert ev.fields[3].startswith(f"{d.kernel_drops} (")
+        assert serve.one("record=off").code == Code.STARTED
+        serve.wait_off()
+        data = vbs_scan(serve.disks, name)
+        assert len(left_out(frames_of(sent_file), frames_of(data))) == d.kernel_drops
+        s = scan_summary(serve.disks, name)
+        assert s["frames"] == n - d.kernel_drops and s["invariant_holds"] and s["bytes_written"] == len(data)
+        assert s["chunk_size"] == round(8388608 / FS / 128) * 128 * FS  # net_protocol's work buffer, in whole runs
+        # Format, tracks (4 channels x 2 bits), first frame's time (epoch 53 is 2026-07-01, day
+        # 182), seconds of frames, rate per track, bytes missing, frame size.
+        received = n - d.kernel_drops
+        assert serve.one("scan_check?").fields == (
+            "?", name, "VDIF", "8", f"2026y182d00h33m{20 + 10 * k:07.4f}s", f"{received / FPS:g}s", "128Mbps",
+            str(s["frames_lost"] * FS), str(FS),
+        )
+        assert serve.one("scan_set?").fields == (str(k - 1), name, "0", "0")
+    # The scan set, read back as a flat file by disk2file.
+    assert serve.one("scan_set=kvn_scan2").code == 0
+    length = len(vbs_scan(serve.disks, "kvn_scan2"))
+    assert serve.one("scan_set?").fields == ("1", "kvn_scan2", "0", str(length))
+    assert serve.one("disk2file=scan2.vdif:::w").code == Code.STARTED
+    deadline = time.monotonic() + 30
+    while serve.one("disk2file?").fields[0] == "active" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert serve.one("disk2file?").fields == ("inactive", str(serve.gather / "scan2.vdif"))
+    assert (serve.gather / "scan2.vdif").read_bytes() == vbs_scan(serve.disks, "kvn_scan2")
+    # A byte range: the second frame set of kvn_scan1 only.
+    assert serve(f"scan_set=kvn_scan1;disk2file=part.vdif:{FS}:+{FS}") == [Reply("scan_set", False, 0), Reply("disk2file", False, 1)]
+    while serve.one("disk2file?").fields[0] == "active":
+        time.sleep(0.05)
+    assert (serve.gather / "part.vdif").read_bytes() == vbs_scan(serve.disks, "kvn_scan1")[FS : 2 * FS]
+    log = serve.log.read_text()
+    assert re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z 127\.0\.0\.1:\d+ << record=on:kvn_scan1;", log, re.M)
+    assert "!record= 0 ;" in log
+
+
+def test_record_names_follow_jive5ab(serve: Serve) -> None:
+    port = free_udp_port()
+    assert serve.one(f"net_port={port}").code == 0
+    assert serve.one("record=on:s1:ev001:Kv").code == 0
+    assert serve.one("record?").fields[:3] == ("on", "1", "ev001_Kv_s1")
+    assert serve.one("record=off").code == 1
+    serve.wait_off()
+    # The same name again: jive5ab's suffix, and the reply says the name used.
+    assert (serve.disks[0] / "s2").mkdir() is None
+    again = serve.one("record=on:s2")
+    assert (again.code, again.fields) == (0, ("s2a",))
+    serve.one("record=off")
+    serve.wait_off()
+    assert serve.one("record?mk6").fields == ("0",)
+    assert serve("record=mk6:1;record?mk6") == [Reply("record", False, 0), Reply("record", True, 0, ("1",))]
+
+
+# -- what is refused -------------------------------------------------------------------------------
+
+BAD = [
+    # (command, code, what the message says)
+    ("mode=nonsense", 4, "not a valid mode"),
+    ("mode=VDIF-8192-4-2", 4, "payload size"),
+    ("mode=VDIF_8192-8192-3-2", 8, "power of 2"),
+    ("mode=", 4, "Not a mode"),
+    ("net_protocol=tcp", 8, "udps"),
+    ("net_protocol=udps:huge", 8, "not a size"),
+    ("net_protocol=udps:0", 8, "out of range"),
+    ("net_protocol=udps:32M:2G", 8, "out of range"),
+    ("net_protocol=udps:32M:8M:x", 8, "not a number"),
+    ("mtu=", 8, "Missing argument"),
+    ("mtu=10", 8, "64 to 9000"),
+    ("mtu=abc", 8, "64 to 9000"),
+    ("net_port=abc", 8, "port 'abc' not a number/out of range"),
+    ("net_port=70000", 8, "range"),
+    ("net_port=", 8, "Missing argument"),
+    ("net_port=@5", 8, "<host>@<port>"),
+    ("net_port=46300:46300", 8, "twice"),
+    ("set_disks=", 8, "give the disks"),
+    ("set_disks=/etc", 8, "no mountpoints matched"),
+    ("record=on", 6, "must provide a scan name"),
+    ("record=on:a.b", 6, "no data port"),
+    ("record=off", 6, "Not doing record"),
+    ("record=maybe", 2, "does not apply to record"),
+    ("record=mk6:x", 8, "give 1"),
+    ("datastream=add:{thread}", 8, "match specification"),
+    ("datastream=add::*", 8, "Missing data stream name"),
+    ("datastream=add:mine:1-2", 8, "splits a scan by thread"),
+    ("datastream=frob", 8, "add, remove or clear"),
+    ("datastream=remove:nope", 4, "not defined"),
+    ("datastream?nope", 8, "not defined"),
+    ("scan_set=", 6, "no scans recorded"),
+    ("scan_set=inc", 6, "no recorded scan"),
+    ("scan_set=nosuchscan", 4, "does not exist"),
+    ("scan_check?", 8, "no scan name given"),
+    ("disk2file=x.vdif", 6, "no scan was set"),
+    ("reset=now", 8, "reset=abort"),
+    ("reset?", 2, "only implemented as command"),
+    ("status=1", 2, "only available as query"),
+    ("version=1", 2, "query only"),
+    ("rtime=1", 2, "only available as query"),
+    ("scan_check=1", 2, "only available as query"),
+    ("bogus?", 7, "ENOSYS - not implemented"),
+    ("bank_set=inc", 7, "ENOSYS - not implemented"),
+    ("=5", 3, "keyword"),
+    ("rec ord?", 3, "keyword"),
+]
+
+
+@pytest.mark.parametrize("command,code,says", BAD, ids=[b[0] for b in BAD])
+def test_each_bad_command_gets_its_code_and_one_plain_message(serve: Serve, command: str, code: int, says: str) -> None:
+    r = serve.one(command)
+    assert r.code == code, r
+    assert len(r.fields) == 1 and says in r.fields[0], r
+    # Nothing changed: the station is as it was.
+    assert serve.one("record?").fields == ("off",) and serve.one("status?").fields == ("0x00000001",)
+
+
+def test_bad_parameters_during_a_scan_change_nothing(serve: Serve, tmp_path: Path) -> None:
+    port = free_udp_port()
+    assert serve(f"mode={MODE};net_port={port}") == [Reply("mode", False, 0), Reply("net_port", False, 0)]
+    assert serve.one("record=on:busy1").code == 0
+    sender = vdifrec.Sender(("127.0.0.1", port), frames=20_000, fps=FPS, record_sent=tmp_path / "sent.vdif", **START)
+    refused = serve(f"record=on:other;mode=VDIF_8000-512-1-2;net_port={free_udp_port()};set_disks={serve.disks[0]};"
+                    "net_protocol=udps;datastream=add:{thread}:*;scan_set=busy1;disk2file=x.vdif;mtu=1500")
+    assert [r.code for r in refused] == [6] * 9, refused
+    sent = sender.wait(timeout=30)
+    assert sent is not None
+    d = delivered(("127.0.0.1", port), sent["frames_sent"], lambda: int(serve.stats()["datagrams"]))
+    serve.one("record=off")
+    serve.wait_off()
+    assert len(left_out(frames_of(tmp_path / "sent.vdif"), frames_of(vbs_scan(serve.disks, "busy1")))) == d.kernel_drops
+
+
+# -- abuse of the control port while a scan records ------------------------------------------------
+
+
+def test_abuse_of_the_control_port_costs_the_scan_nothing(serve: Serve, tmp_path: Path) -> None:
+    port = free_udp_port()
+    assert serve(f"mode={MODE};net_port={port};record=on:abused") == [Reply("mode", False, 0), Reply("net_port", False, 0), Reply("record", False, 0)]
+    sender = vdifrec.Sender(("127.0.0.1", port), frames=40_000, fps=FPS, record_sent=tmp_path / "sent.vdif", **START)
+    # A line that never ends: answered with code 3, then closed.
+    with socket.create_connection(serve.address, timeout=10) as s:
+        s.sendall(b"x" * (70 * 1024))
+        reply = s.makefile("rb").readline().decode()
+        assert reply.startswith("!line= 3 : line longer than 64 KiB"), reply
+    # Binary junk: each piece gets its error, nothing breaks.
+    with socket.create_connection(serve.address, timeout=10) as s:
+        s.sendall(bytes(range(256)).replace(b"\n", b"").replace(b";", b"") + b";\x00\xff?;\n")
+        lines = s.makefile("rb").readline().decode(errors="replace")
+        assert re.match(r"^!\S*[=?] (3|7) : ", lines), lines
+    # A burst of connections: the first MAX_CLIENTS are served, the rest told busy and closed.
+    burst = []
+    for _ in range(200):
+        try:
+            burst.append(socket.create_connection(serve.address, timeout=10))
+        except OSError:
+            pass
+    busy = 0
+    for s in burst:
+        s.settimeout(0.5)
+        try:
+            got = s.recv(200)
+            busy += got.startswith(b"!connect= 5")
+        except TimeoutError:
+            pass  # being served: it sent nothing, so nothing came back
+    for s in burst:
+        s.close()
+    assert busy >= len(burst) - 16, busy
+    assert serve.one("record?").fields[:3] == ("on", "1", "abused")
+    sent = sender.wait(timeout=60)
+    assert sent is not None
+    d = delivered(("127.0.0.1", port), sent["frames_sent"], lambda: int(serve.stats()["datagrams"]))
+    assert serve.one("record=off").code == 1
+    serve.wait_off()
+    data = vbs_scan(serve.disks, "abused")
+    assert len(left_out(frames_of(tmp_path / "sent.vdif"), frames_of(data))) == d.kernel_drops
+    s = scan_summary(serve.disks, "abused")
+    assert s["frames_lost"] == d.kernel_drops and s["ring_overflows"] == 0
+
+
+def test_two_clients_racing_for_record_on_one_wins(serve: Serve) -> None:
+    assert serve.one(f"net_port={free_udp_port()}").code == 0
+    clients = [VSIClient(serve.address) for _ in range(2)]
+    results: list[Reply] = []
+    gate = threading.Barrier(2)
+
+    def go(c: VSIClient, name: str) -> None:
+        gate.wait()
+        results.append(c.send(f"record=on:{name}"))
+
+    threads = [threading.Thread(target=go, args=(c, f"race{k}")) for k, c in enumerate(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(r.code for r in results) == [0, 6], results
+    assert "Already doing record" in [r for r in results if r.code == 6][0].fields[0]
+    for c in clients:
+        c.close()
+    assert serve.one("record=off").code == 1
+    serve.wait_off()
+
+
+def test_sigterm_during_a_scan_leaves_a_valid_scan(tmp_path: Path) -> None:
+    port = free_udp_port()
+    serve = Serve(tmp_path, "--port", str(port), "--fps", str(FPS))
+    assert serve.one("record=on:cut").code == 0
+    sent = vdifrec.send(("127.0.0.1", port), frames=5000, fps=FPS, record_sent=tmp_path / "sent.vdif", **START)
+    d = delivered(("127.0.0.1", port), sent["frames_sent"], lambda: int(serve.stats()["datagrams"]))
+    assert serve.stop() == 0
+    data = vbs_scan(serve.disks, "cut")
+    assert len(left_out(frames_of(tmp_path / "sent.vdif"), frames_of(data))) == d.kernel_drops
+    s = scan_summary(serve.disks, "cut")
+    assert s["invariant_holds"] and s["bytes_written"] == len(data)
+    assert "scan cut closed on stop" in serve.log.read_text()
+
+
+# -- clients ---------------------------------------------------------------------------------------
+
+
+def test_clients_say_when_nobody_answers(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    with pytest.raises(VSIError, match=f"cannot connect to 127.0.0.1:{closed}.*vdifrec serve"):
+        VSIClient(f"127.0.0.1:{closed}")
+    r = run_cli("vsi", f"127.0.0.1:{closed}", "record?")
+    assert r.returncode == 1 and "cannot connect" in r.stderr
+    r = run_cli("vsi", "127.0.0.1:abc", "record?")
+    assert r.returncode == 2 and "address" in r.stderr
+
+
+def test_vsi_command_prints_replies_and_says_failure_by_exit_status(serve: Serve) -> None:
+    where = f"{serve.address[0]}:{serve.address[1]}"
+    r = run_cli("vsi", where, "status?;record?")
+    assert r.returncode == 0 and r.stdout.splitlines() == ["!status? 0 : 0x00000001 ;", "!record? 0 : off ;"]
+    r = run_cli("vsi", where, "record?", "bogus?")
+    assert r.returncode == 1 and r.stdout.splitlines()[1] == "!bogus? 7 : ENOSYS - not implemented ;"
