@@ -8,7 +8,7 @@ STAMP := $(VENV)/.vdifrec-installed
 # The extension is rebuilt (release, incremental) whenever the Rust or the packaging changes.
 SOURCES := $(shell find src -name '*.rs') benches/baseline.rs Cargo.toml Cargo.lock pyproject.toml
 
-.PHONY: help install demo test test-rust test-python bench soak fuzz lint format clean
+.PHONY: help install demo test test-rust test-python wheel test-wheel bench soak fuzz lint format clean
 
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := header_parse frame_validate datagram_classify
@@ -38,6 +38,23 @@ test-rust: ## only the Rust unit tests
 test-python: $(STAMP) ## only pytest
 	$(PY) -m pytest -q
 
+# The wheel: release build without the benchmarks' baselines (pyproject's features), the `dist`
+# profile (no debug line tables), abi3 for Python 3.10 and later, linked by zig against glibc
+# 2.17 so that maturin's compliance check can give it the manylinux2014 tag.
+WHEEL_TOOLS := $(VENV)/.wheel-tools
+
+$(WHEEL_TOOLS): $(PY) tools/wheel-requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r tools/wheel-requirements.txt
+	@touch $@
+
+wheel: $(WHEEL_TOOLS) ## the release wheel (abi3 for Python 3.10+, manylinux2014 x86_64) and the sdist, into dist/
+	PATH="$(abspath $(VENV))/bin:$$PATH" maturin build --profile dist --zig --compatibility manylinux2014 \
+		--auditwheel check --out dist
+	PATH="$(abspath $(VENV))/bin:$$PATH" maturin sdist --out dist
+
+test-wheel: wheel ## install the wheel into fresh environments of each Python 3.10-3.13 here, no Rust on PATH, and smoke-test it
+	$(PY) tests/wheel/run.py
+
 bench: $(STAMP) ## benchmarks, each against a baseline measured in the same run (ratios, medians)
 	$(PY) benches/run.py
 
@@ -62,4 +79,4 @@ format: ## cargo fmt
 
 clean: ## remove the build and the virtual environment
 	cargo clean
-	rm -rf $(VENV) .pytest_cache .mypy_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache dist

@@ -10,7 +10,8 @@ from . import _core
 from .scans import Disks, expand_disks
 
 if TYPE_CHECKING:
-    from typing import Unpack
+    # typing.Unpack is 3.11+; the checker's own typing_extensions has it for 3.10 (never imported at run time).
+    from typing_extensions import Unpack
 
     from ._core import CheckOptions, GenerateOptions, SignalOptions
 

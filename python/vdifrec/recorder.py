@@ -18,7 +18,8 @@ from ._units import plain_options
 from .reports import ScanSummary, SecondRow, Stats, Summary
 
 if TYPE_CHECKING:
-    from typing import Unpack
+    # typing.Unpack is 3.11+; the checker's own typing_extensions has it for 3.10 (never imported at run time).
+    from typing_extensions import Unpack
 
     from ._core import RecorderOptions, SenderOptions
 

@@ -247,12 +247,15 @@ fn allocate(file: &File, bytes: u64) -> Result<(), RingError> {
     }
 }
 
+/// The system call itself rather than glibc's `memfd_create` wrapper, which only glibc 2.27
+/// and later have: the wheel is built against glibc 2.17 (manylinux2014) and must load on
+/// every system that tag promises; the kernel call exists since Linux 3.17.
 fn memfd(bytes: u64, huge: bool) -> std::io::Result<File> {
     let name = c"vdifrec-ring";
     let flags = libc::MFD_CLOEXEC | if huge { libc::MFD_HUGETLB } else { 0 };
     // SAFETY: plain system calls on a descriptor this function owns.
     unsafe {
-        let fd = libc::memfd_create(name.as_ptr(), flags);
+        let fd = libc::syscall(libc::SYS_memfd_create, name.as_ptr(), flags) as libc::c_int;
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
