@@ -79,3 +79,42 @@ def test_minimal_monitor() -> None:
     received, expected, lost = (sum(column) for column in zip(*rows))
     assert received == 2500 - d.kernel_drops
     assert 2500 - d.kernel_drops <= expected <= 2500 and lost == d.kernel_drops - (2500 - expected)
+
+
+def test_schedule_script_runs_three_scans_through_vsi(tmp_path: Path) -> None:
+    """The VSI-S schedule against `vdifrec serve`, with a sender going on throughout: three
+    scans, each holding frames, written and checked, with gaps between them."""
+    port = free_udp_port()
+    disk = tmp_path / "disk0"
+    disk.mkdir()
+    out = tmp_path / "serve.out"
+    with open(out, "w") as fh:
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "vdifrec.cli", "serve", "--control", "127.0.0.1:0", "--disk", str(disk),
+             "--port", str(port), "--ring", "64MiB", "--log", str(tmp_path / "serve.log")],
+            stdout=fh, stderr=subprocess.STDOUT, text=True,
+        )
+    try:
+        m = None
+        for _ in range(300):
+            m = re.search(r"control on ([0-9.]+:\d+)", out.read_text())
+            if m:
+                break
+            time.sleep(0.05)
+        assert m, out.read_text()
+        sender = vdifrec.Sender(("127.0.0.1", port), duration=8, fps=2000)
+        r = subprocess.run(
+            [sys.executable, "-m", "vdifrec.examples.schedule", "--control", m.group(1), "--mode", "VDIF_8192-131.072-4-2",
+             "--scans", "3", "--length", "1.5", "--gap", "0.5"],
+            capture_output=True, text=True, timeout=60,
+        )
+        sender.stop()
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.count("!record= 0 ;") == 3 and r.stdout.count("!record= 1 ;") == 3
+        checks = re.findall(r"!scan_check\? 0 : \? : (sched_0\d) : VDIF : 8 : \S+ : (\S+)s : ", r.stdout)
+        assert [c[0] for c in checks] == ["sched_01", "sched_02", "sched_03"]
+        assert all(0.5 < float(c[1]) < 3 for c in checks), checks
+        assert sorted(p.name for p in disk.iterdir() if p.is_dir()) == ["sched_01", "sched_02", "sched_03"]
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=30) == 0

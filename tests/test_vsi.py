@@ -308,6 +308,40 @@ def test_bad_parameters_during_a_scan_change_nothing(serve: Serve, tmp_path: Pat
     assert len(left_out(frames_of(tmp_path / "sent.vdif"), frames_of(vbs_scan(serve.disks, "busy1")))) == d.kernel_drops
 
 
+def test_scan_set_and_disk2file_refuse_bad_offsets_and_paths(serve: Serve, tmp_path: Path) -> None:
+    port = free_udp_port()
+    assert serve(f"net_port={port};record=on:s1")[1].code == 0
+    sent = vdifrec.send(("127.0.0.1", port), frames=500, fps=FPS, **START)
+    delivered(("127.0.0.1", port), sent["frames_sent"], lambda: int(serve.stats()["datagrams"]))
+    serve.one("record=off")
+    serve.wait_off()
+    cases = [
+        ("scan_set=s1:1000", 8, "only relative byte numbers"),
+        ("scan_set=s1:+999999999999", 8, "out of bound"),
+        ("scan_set=s1:x", 8, "give s, c, e"),
+        ("disk2file=x.vdif:::z", 8, "open mode must be n, w, a or resume"),
+        ("disk2file=x.vdif:+5", 8, "relative byteoffsets not allowed"),
+        ("disk2file=x.vdif:0:999999999999", 8, "outside the scan"),
+        ("disk2file=../x.vdif", 8, "outside the gather directory"),
+        ("disk2file=/etc/x.vdif", 8, "outside the gather directory"),
+        ("disk2file=nodir/x.vdif", 8, "not a directory"),
+    ]
+    for command, code, says in cases:
+        r = serve.one(command)
+        assert r.code == code and len(r.fields) == 1 and says in r.fields[0], (command, r)
+    assert not (tmp_path / "x.vdif").exists() and not (serve.gather / "x.vdif").exists()
+    # s, c, e and relative offsets, as jive5ab reads them.
+    n = len(vbs_scan(serve.disks, "s1"))
+    assert serve.one("scan_set=s1:c:+8224").code == 0
+    assert serve.one("scan_set?").fields == ("0", "s1", str(n // 2), str(n // 2 + 8224))
+    assert serve.one("scan_set=:s:-8224").code == 0
+    assert serve.one("scan_set?").fields == ("0", "s1", "0", str(n - 8224))
+    # A file that exists is never overwritten in mode n (the default).
+    (serve.gather / "kept.vdif").write_bytes(b"keep")
+    assert serve.one("disk2file=kept.vdif").code == 4
+    assert (serve.gather / "kept.vdif").read_bytes() == b"keep"
+
+
 # -- abuse of the control port while a scan records ------------------------------------------------
 
 
@@ -399,8 +433,9 @@ def test_clients_say_when_nobody_answers(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
+    assert vdifrec.VSIClient is VSIClient and issubclass(VSIError, ConnectionError)
     with pytest.raises(VSIError, match=f"cannot connect to 127.0.0.1:{closed}.*vdifrec serve"):
-        VSIClient(f"127.0.0.1:{closed}")
+        vdifrec.VSIClient(f"127.0.0.1:{closed}")
     r = run_cli("vsi", f"127.0.0.1:{closed}", "record?")
     assert r.returncode == 1 and "cannot connect" in r.stderr
     r = run_cli("vsi", "127.0.0.1:abc", "record?")

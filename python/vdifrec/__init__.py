@@ -31,6 +31,7 @@ from .recorder import Recorder, Sender, send
 from .remote import RemoteStatus
 from .reports import DiskRecord, FileRecord, ScanSummary, SecondRow, Stats, Summary, ThreadSecond
 from .scans import gather, scans
+from .vsi import VSIClient, VSIError
 
 __version__: str = _core.__version__
 
@@ -75,6 +76,8 @@ __all__ = [
     "DiskRecord",
     "ThreadSecond",
     "Tone",
+    "VSIClient",
+    "VSIError",
     "__version__",
     "bstate",
     "check",
