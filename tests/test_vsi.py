@@ -219,7 +219,12 @@ def test_record_names_follow_jive5ab(serve: Serve) -> None:
     assert serve.one(f"net_port={port}").code == 0
     assert serve.one("record=on:s1:ev001:Kv").code == 0
     assert serve.one("record?").fields[:3] == ("on", "1", "ev001_Kv_s1")
+    sent = vdifrec.send(("127.0.0.1", port), frames=2000, fps=FPS, **START)
+    delivered(("127.0.0.1", port), sent["frames_sent"], lambda: int(serve.stats()["datagrams"]))
     assert serve.one("record=off").code == 1
+    # Checked at once, as the Field System does: the scan is set, its tail awaited.
+    check = serve.one("scan_check?")
+    assert check.code == 0 and check.fields[1] == "ev001_Kv_s1", check
     serve.wait_off()
     # The same name again: jive5ab's suffix, and the reply says the name used.
     assert (serve.disks[0] / "s2").mkdir() is None
@@ -253,7 +258,7 @@ BAD = [
     ("net_port=@5", 8, "<host>@<port>"),
     ("net_port=46300:46300", 8, "twice"),
     ("set_disks=", 8, "give the disks"),
-    ("set_disks=/etc", 8, "no mountpoints matched"),
+    ("set_disks=/etc", 8, "0\tno mountpoints matched"),
     ("record=on", 6, "must provide a scan name"),
     ("record=on:a.b", 6, "no data port"),
     ("record=off", 6, "Not doing record"),
@@ -280,6 +285,7 @@ BAD = [
     ("bank_set=inc", 7, "ENOSYS - not implemented"),
     ("=5", 3, "keyword"),
     ("rec ord?", 3, "keyword"),
+    ("record", 3, "not a command or query"),
 ]
 
 
@@ -287,7 +293,9 @@ BAD = [
 def test_each_bad_command_gets_its_code_and_one_plain_message(serve: Serve, command: str, code: int, says: str) -> None:
     r = serve.one(command)
     assert r.code == code, r
-    assert len(r.fields) == 1 and says in r.fields[0], r
+    # One message field, after any fields jive5ab puts first (written here "lead\tmessage").
+    *lead, message = says.split("\t")
+    assert list(r.fields[:-1]) == lead and message in r.fields[-1], r
     # Nothing changed: the station is as it was.
     assert serve.one("record?").fields == ("off",) and serve.one("status?").fields == ("0x00000001",)
 
@@ -352,6 +360,11 @@ def test_abuse_of_the_control_port_costs_the_scan_nothing(serve: Serve, tmp_path
     # A line that never ends: answered with code 3, then closed.
     with socket.create_connection(serve.address, timeout=10) as s:
         s.sendall(b"x" * (70 * 1024))
+        reply = s.makefile("rb").readline().decode()
+        assert reply.startswith("!line= 3 : line longer than 64 KiB"), reply
+    # A long line that does end: refused all the same.
+    with socket.create_connection(serve.address, timeout=10) as s:
+        s.sendall(b"record?" + b" " * (70 * 1024) + b";\n")
         reply = s.makefile("rb").readline().decode()
         assert reply.startswith("!line= 3 : line longer than 64 KiB"), reply
     # Binary junk: each piece gets its error, nothing breaks.
@@ -440,6 +453,25 @@ def test_clients_say_when_nobody_answers(tmp_path: Path) -> None:
     assert r.returncode == 1 and "cannot connect" in r.stderr
     r = run_cli("vsi", "127.0.0.1:abc", "record?")
     assert r.returncode == 2 and "address" in r.stderr
+
+
+def test_client_reads_replies_jive5ab_puts_on_one_line() -> None:
+    """jive5ab answers a line of commands with one line of replies: the client splits them."""
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+
+        def answer() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                conn.recv(1024)
+                conn.sendall(b"!record?  0 : off ;!set_disks=  0 : 3 ;\r\n")
+                conn.recv(1024)
+
+        t = threading.Thread(target=answer)
+        t.start()
+        with VSIClient(srv.getsockname()) as c:
+            got = c.send_line("record?;set_disks=/m*")
+        t.join(timeout=10)
+    assert got == [Reply("record", True, 0, ("off",)), Reply("set_disks", False, 0, ("3",))]
 
 
 def test_vsi_command_prints_replies_and_says_failure_by_exit_status(serve: Serve) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import sys
 import time
@@ -109,6 +110,9 @@ def run_serve(a: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
         finally:
+            # A second Ctrl-C or SIGTERM must not cut the scan's tail short: closing is bounded.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             server.close()
             last = station.close()
             if last is not None:

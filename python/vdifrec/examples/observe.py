@@ -12,10 +12,21 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import re
 import sys
 import time
 
 import vdifrec
+
+
+def utc(text: str) -> dt.datetime:
+    """ISO 8601 UTC (``2026-11-30T02:17:30``, with or without ``Z`` and a fraction of any length:
+    Python 3.10's ``fromisoformat`` takes neither)."""
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z?", text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r}: give UTC as 2026-11-30T02:17:30[.5]")
+    t = dt.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc)
+    return t + dt.timedelta(seconds=float(m.group(2) or 0))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -24,7 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bind", default="127.0.0.1", help="address to listen on (0.0.0.0 for the network)")
     p.add_argument("--dir", required=True, help="folder for the recording")
     p.add_argument("--prefix", default="scan", help="file-name prefix")
-    p.add_argument("--scan-start", default=None, help="UTC start, ISO 8601 (default: now)")
+    p.add_argument("--scan-start", type=utc, default=None, help="UTC start, ISO 8601 (default: now)")
     p.add_argument("--scan-length", type=float, required=True, help="seconds to record")
     p.add_argument("--ring", default=vdifrec.defaults["recorder"]["ring"], help="ring buffer size (default: the recorder's, 1GiB)")
     p.add_argument("--nfft", type=int, default=1024, help="spectral channels of the final check")
@@ -35,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     start = dt.datetime.now(dt.timezone.utc)
     if a.scan_start:
-        start = dt.datetime.fromisoformat(a.scan_start).replace(tzinfo=dt.timezone.utc)
+        start = a.scan_start
     end = start + dt.timedelta(seconds=a.scan_length)
     wait = (start - dt.datetime.now(dt.timezone.utc)).total_seconds()
     if wait > 0:

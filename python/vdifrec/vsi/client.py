@@ -59,10 +59,16 @@ class VSIClient:
             self._sock.sendall(("".join(c + ";" for c in commands) + "\n").encode())
         except OSError as exc:
             raise VSIError(f"{self._where}: cannot send: {exc.strerror or exc}") from None
-        return [parse_reply(self._read_line()) for _ in commands]
+        try:
+            return [parse_reply(self._read_reply()) for _ in commands]
+        except ValueError:
+            self._buf = b""  # what follows a broken reply cannot be matched to its command
+            raise
 
-    def _read_line(self) -> str:
-        while b"\n" not in self._buf:
+    def _read_reply(self) -> str:
+        """The next reply: up to its ';' (vdifrec writes one per line; jive5ab puts all the
+        replies to a line of commands on one line)."""
+        while b";" not in self._buf:
             try:
                 data = self._sock.recv(65536)
             except TimeoutError:
@@ -72,8 +78,8 @@ class VSIClient:
             if not data:
                 raise VSIError(f"{self._where}: the recorder closed the connection")
             self._buf += data
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line.decode("utf-8", errors="replace")
+        reply, _, self._buf = self._buf.partition(b";")
+        return reply.decode("utf-8", errors="replace").strip() + " ;"
 
     def close(self) -> None:
         self._sock.close()

@@ -94,8 +94,7 @@ def parse(text: str) -> Command:
     if not keyword or not _KEYWORD.match(keyword):
         raise SyntaxProblem(query, f"no keyword in '{text[:40]}' - a command is keyword=params or keyword?params")
     if cut == len(text):
-        # A bare keyword: jive5ab takes it as a set command without parameters.
-        return Command(keyword, False, (), text)
+        raise SyntaxProblem(False, f"'{text[:40]}' is not a command or query - write {keyword}=... or {keyword}?")
     rest = text[cut + 1 :]
     params = tuple(p.strip() for p in rest.split(":")) if rest.strip() else ()
     return Command(keyword, query, params, text)

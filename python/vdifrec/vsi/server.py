@@ -126,15 +126,15 @@ class ControlServer:
                 pending += data
                 while True:
                     cut = _line_end(pending)
-                    if cut < 0:
+                    if cut < 0 or cut > MAX_LINE:
                         break
                     line, pending = pending[:cut], pending[cut + 1 :]
                     self._answer(conn, name, line)
                 if len(pending) > MAX_LINE:
-                    # A line that never ends: say so, then drop the client (what it sends next
-                    # could be anything).
+                    # A line too long, whether or not it has ended: say so, then drop the client
+                    # (what it sends next could be anything).
                     self._log(name, f"line longer than {MAX_LINE} bytes: closed")
-                    why = f"line longer than {MAX_LINE // 1024} KiB; commands end in ';' and lines in a newline"
+                    why = f"line longer than {MAX_LINE // 1024} KiB - commands end in a semicolon and lines in a newline"
                     conn.sendall(f"{Reply('line', False, Code.SYNTAX, (why,))}\n".encode())
                     return
         except OSError as exc:

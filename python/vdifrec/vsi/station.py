@@ -34,15 +34,19 @@ DEFAULT_DATA_PORT = 2630
 DEFAULT_WORKBUF = 256 << 20
 DEFAULT_NBUF = 4
 DEFAULT_MTU = 1500
+#: Seconds scan_check?, scan_set= and disk2file= wait for a stopped scan's tail to reach disk.
+DRAIN_WAIT_S = 10.0
 
 
 class Problem(Exception):
-    """A command that cannot be done: its VSI-S code and what to tell the operator."""
+    """A command that cannot be done: its VSI-S code, what to tell the operator, and any
+    fields jive5ab puts before the message."""
 
-    def __init__(self, code: Code, why: str) -> None:
+    def __init__(self, code: Code, why: str, *fields: object) -> None:
         super().__init__(why)
         self.code = code
         self.why = why
+        self.fields = tuple(str(f) for f in fields)
 
 
 def vsi_size(name: str, text: str) -> int:
@@ -222,6 +226,7 @@ class Station:
         self.gather_dir = Path(gather_dir).resolve()
         self.note = note
         self.recorder: Recorder | None = None
+        self._running_options: dict[str, Any] | None = None
         self.session: list[str] = []
         self.summaries: dict[str, ScanSummary] = {}
         self.at_on: Stats | None = None
@@ -230,6 +235,8 @@ class Station:
         self.d2f: Disk2File | None = None
         self.last_d2f: str | None = None
         self.dirty = False
+        self._drained = threading.Event()
+        self._drained.set()
         # Commands and the end of a scan (record=off's second half) change the state one at a time.
         self._lock = threading.RLock()
         self._handlers: dict[str, Callable[[Command], Reply]] = {
@@ -261,11 +268,12 @@ class Station:
     def close(self) -> ScanSummary | None:
         """Ends any scan cleanly (its tail on disk), stops a copy, stops receiving."""
         last = None
-        if self.recorder is not None and self.recorder.scan is not None and self.stopping is None:
+        stopping = self.stopping
+        if stopping is not None:
+            stopping.join()
+        elif self.recorder is not None and self.recorder.scan is not None:
             last = self.recorder.stop_scan()
             self.summaries[last.name] = last
-        if self.stopping is not None:
-            self.stopping.join()
         if self.d2f is not None:
             self.d2f.abort()
         if self.recorder is not None:
@@ -309,13 +317,29 @@ class Station:
             if self.recorder is not None:
                 self.recorder.stop()
                 self.recorder = None
+            self._running_options = None
             return
-        new = Recorder(**self._options())  # checked here, before the running one is touched
+        options = self._options()
+        new = Recorder(**options)  # checked here, before the running one is touched
         if self.recorder is not None:
             self.recorder.stop()
             self.recorder = None
-        new.start()
+        # Counts since record=on belong to the recorder that counted them.
+        self.at_on = None
+        try:
+            new.start()
+        except Exception:
+            if self._running_options is not None:
+                # Receive as before rather than not at all (a port taken meanwhile, say).
+                try:
+                    old = Recorder(**self._running_options)
+                    old.start()
+                    self.recorder = old
+                except Exception as again:
+                    self.note(f"cannot receive with the previous configuration either: {again}")
+            raise
         self.recorder = new
+        self._running_options = options
         self.note(f"receiving on {new.listening} ({self.format} scans on {len(self.disks)} disk(s))")
 
     def _reconfigure(self, **changes: Any) -> None:
@@ -329,10 +353,8 @@ class Station:
         except Exception as exc:
             for k, v in old.items():
                 setattr(self, k, v)
-            try:
-                self._rebuild()
-            except Exception as again:  # the old configuration no longer starts either
-                self.note(f"cannot receive with the previous configuration either: {again}")
+            # A configuration the engine refused never touched the recorder; one that failed
+            # to start has had the previous one started again by _rebuild.
             if isinstance(exc, _core.ArgumentError):
                 raise Problem(Code.BAD_PARAMETER, str(exc)) from None
             raise Problem(Code.ERROR, f"cannot receive so - {exc}") from None
@@ -340,6 +362,8 @@ class Station:
     def _idle_only(self, c: Command) -> None:
         if self.recording:
             raise Problem(Code.CONFLICT, "not whilst record is in progress")
+        if self.stopping is not None:
+            raise Problem(Code.BUSY, "the last scan's tail is still being written - try again")
         if self.d2f is not None and self.d2f.active and c.keyword != "disk2file":
             raise Problem(Code.CONFLICT, "not whilst disk2file is in progress")
 
@@ -358,15 +382,17 @@ class Station:
             return Reply(c.keyword, c.query, Code.NO_SUCH_KEYWORD, ("ENOSYS - not implemented",))
         try:
             with self._lock:
+                self._collect_ended()
                 return handler(c)
         except Problem as exc:
-            return Reply(c.keyword, c.query, exc.code, (_one_field(exc.why),))
+            return Reply(c.keyword, c.query, exc.code, (*exc.fields, _one_field(exc.why)))
         except Exception as exc:  # a command's failure is its reply; the recording goes on
             return Reply(c.keyword, c.query, Code.ERROR, (_one_field(f"{type(exc).__name__} - {exc}"),))
 
     @staticmethod
     def _reply(c: Command, *fields: object, code: Code = Code.DONE) -> Reply:
-        return Reply(c.keyword, c.query, code, tuple(str(f) for f in fields))
+        # A ';' would end the reply early (a path or a kernel's name may hold one).
+        return Reply(c.keyword, c.query, code, tuple(str(f).replace(";", ",") for f in fields))
 
     @staticmethod
     def _query_only(c: Command) -> None:
@@ -510,7 +536,8 @@ class Station:
         if not chosen:
             raise Problem(
                 Code.BAD_PARAMETER,
-                f"0 : no mountpoints matched your selection criteria (vdifrec serves {', '.join(self.all_disks)}: --disk)",
+                f"no mountpoints matched your selection criteria (vdifrec serves {', '.join(self.all_disks)}, its --disk)",
+                0,
             )
         self._reconfigure(disks=chosen)
         return self._reply(c, len(chosen))
@@ -567,6 +594,10 @@ class Station:
         if sub == "off":
             if self.recorder is None or self.recorder.scan is None or self.stopping is not None:
                 raise Problem(Code.CONFLICT, "Not doing record")
+            # The scan is set at once, as jive5ab does: scan_check? right after record=off
+            # waits for the tail (`_drained`) and then checks it.
+            self.pointer = ScanPointer(self.session[-1], 0, 0) if self.session else None
+            self._drained.clear()
             self.stopping = threading.Thread(target=self._finish_scan, name="vsi-record-off", daemon=True)
             self.stopping.start()
             return self._reply(c, code=Code.STARTED)
@@ -621,15 +652,11 @@ class Station:
         jive5ab's implicit scan_set) and any configuration changed meanwhile takes effect."""
         assert self.recorder is not None
         try:
-            s = self.recorder.stop_scan()
-            self.summaries[s.name] = s
-            self.note(
-                f"scan {s.name}: {s.frames} frames, {s.bytes_written} bytes on {sum(1 for d in s.disks if d.bytes)} disk(s), "
-                f"lost {s.frames_lost}, {'ok' if s.ok else 'NOT OK: ' + str(s.error or 'frames lost')}"
-            )
-            with self._lock:
-                self.pointer = ScanPointer(s.name, 0, 0)
+            self._collected(self.recorder.stop_scan())
+        except Exception as exc:  # told in the log; the station goes on
+            self.note(f"record=off: the scan could not be closed: {exc}")
         finally:
+            self._drained.set()
             self.stopping = None
         with self._lock:
             if self.dirty:
@@ -637,6 +664,32 @@ class Station:
                     self._rebuild()
                 except Exception as exc:
                     self.note(f"cannot receive with the new configuration: {exc}")
+
+    def _collected(self, s: ScanSummary) -> None:
+        """A scan is on disk: its summary kept, and told in the log."""
+        self.summaries[s.name] = s
+        self.note(
+            f"scan {s.name}: {s.frames} frames, {s.bytes_written} bytes on {sum(1 for d in s.disks if d.bytes)} disk(s), "
+            f"lost {s.frames_lost}, {'ok' if s.ok else 'NOT OK - ' + str(s.error or 'frames lost')}"
+        )
+
+    def _collect_ended(self) -> None:
+        """A scan that ended by itself (every disk failed or full) is collected as record=off
+        would have: its summary, the log line, the scan set."""
+        if self.recorder is None or self.stopping is not None or not self.session:
+            return
+        name = self.session[-1]
+        if name in self.summaries or self.recorder.scan is not None:
+            return
+        s = self.recorder.wait_scan(0)
+        if s is not None and s.name == name:
+            self._collected(s)
+            self.pointer = ScanPointer(name, 0, 0)
+
+    def _await_drain(self) -> None:
+        """Commands that read the scan just stopped wait (bounded) until its tail is on disk."""
+        if self.stopping is not None and not self._drained.wait(DRAIN_WAIT_S):
+            raise Problem(Code.BUSY, "the last scan's tail is still being written - try again")
 
     def _session_index(self, name: str) -> int:
         return self.session.index(name) if name in self.session else -1
@@ -655,6 +708,7 @@ class Station:
             if p is None:
                 return self._reply(c, -1, "", 0, 0)
             return self._reply(c, self._session_index(p.name), p.name, p.start, p.end)
+        self._await_drain()
         self._idle_only(c)
         which = c.param(0)
         if not which:
@@ -697,6 +751,7 @@ class Station:
 
     def _scan_check(self, c: Command) -> Reply:
         self._query_only(c)
+        self._await_drain()
         if self.pointer is None:
             raise Problem(Code.BAD_PARAMETER, "no scan name given - record a scan or choose one with scan_set=<scan>")
         name = self.pointer.name
@@ -767,8 +822,9 @@ class Station:
             if d is not None and d.active:
                 return self._reply(c, "active", d.path, d.start, d.done, d.end, d.mode)
             if d is not None and d.error:
-                return self._reply(c, "inactive", d.path, f"failed: {d.error}")
+                return self._reply(c, "inactive", d.path, _one_field(f"failed - {d.error}"))
             return self._reply(c, "inactive", *([self.last_d2f] if self.last_d2f else []))
+        self._await_drain()
         self._idle_only(c)
         if self.d2f is not None and self.d2f.active:
             raise Problem(Code.CONFLICT, "not whilst disk2file is in progress")
