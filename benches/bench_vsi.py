@@ -51,12 +51,13 @@ def run(c: VSIClient, port: int, seconds: float, poll: bool, record: bool, scan:
     if poll:
         t.start()
     sent = vdifrec.send(("127.0.0.1", port), duration=seconds, fps=FPS)
-    deadline = time.monotonic() + 10
-    while counters(c)["datagrams"] - before["datagrams"] < sent["frames_sent"] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # Commands are counted while the stream flows, not while the ring drains.
     stop.set()
     if poll:
         t.join()
+    deadline = time.monotonic() + 10
+    while counters(c)["datagrams"] - before["datagrams"] < sent["frames_sent"] and time.monotonic() < deadline:
+        time.sleep(0.05)
     if record:
         c.send("record=off")
         while c.send("record?").fields != ("off",):
