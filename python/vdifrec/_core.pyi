@@ -38,6 +38,7 @@ __all__ = [
     "generate",
     "parse_size_arg",
     "plain_lut_decode",
+    "scan_info",
     "scans",
     "spectrum_frames",
     "two_bit_state_fractions",
@@ -437,6 +438,8 @@ def check_scan(name: str, disks: list[str], format: str | None = None, options: 
     """Checks a scan over its parts in order; the report as JSON, with ``scan`` naming any missing part."""
 def scans(disks: list[str]) -> str:
     """Every scan on ``disks``, as JSON (a list of summaries)."""
+def scan_info(name: str, disks: list[str], format: str | None = None) -> str:
+    """Scan ``name`` on ``disks`` as ``scans`` lists it (JSON), found by its name alone."""
 def gather(name: str, disks: list[str], out: str, format: str | None = None, allow_gaps: bool = False) -> str:
     """Writes scan ``name``'s frames in order into the new file ``out``; the report as JSON."""
 def generate(path: str | PathLike[str], options: GenerateOptions) -> Header:

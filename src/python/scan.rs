@@ -43,6 +43,21 @@ pub fn scans(py: Python<'_>, disks: Vec<PathBuf>) -> PyResult<String> {
     to_json(&found)
 }
 
+/// Scan `name` on `disks`, as `scans` lists it (JSON text), found by its name alone: no
+/// listing of everything else on the disks.
+#[pyfunction]
+#[pyo3(signature = (name, disks, format=None))]
+pub fn scan_info(
+    py: Python<'_>,
+    name: &str,
+    disks: Vec<PathBuf>,
+    format: Option<&str>,
+) -> PyResult<String> {
+    let scan = locate(py, name, &disks, format)?;
+    let summary = py.detach(|| scan.summary()).map_err(scan_err)?;
+    to_json(&summary)
+}
+
 /// Writes scan `name`'s frames in order into the new file `out`; the report as JSON text.
 #[pyfunction]
 #[pyo3(signature = (name, disks, out, format=None, allow_gaps=false))]
@@ -63,6 +78,7 @@ pub fn gather(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scans, m)?)?;
+    m.add_function(wrap_pyfunction!(scan_info, m)?)?;
     m.add_function(wrap_pyfunction!(gather, m)?)?;
     Ok(())
 }

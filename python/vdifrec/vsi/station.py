@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import fnmatch
+import json
 import os
 import re
 import socket
@@ -25,7 +26,7 @@ from typing import Any
 from .. import _core
 from ..recorder import Recorder
 from ..reports import ScanSummary, Stats
-from ..scans import expand_disks, scans
+from ..scans import expand_disks
 from .protocol import Code, Command, Reply, SyntaxProblem, parse, split_line
 
 #: jive5ab's port for data when `net_port=0` resets it.
@@ -695,12 +696,17 @@ class Station:
         return self.session.index(name) if name in self.session else -1
 
     def _scan_on_disk(self, name: str) -> dict[str, Any]:
-        found = [s for s in scans(self.all_disks) if s["name"] == name]
-        if not found:
-            raise Problem(Code.ERROR, f"'{name}' does not exist in Mk6/VBS format")
-        if len(found) > 1:
-            raise Problem(Code.ERROR, f"'{name}' exists in both Mk6/VBS formats")
-        return found[0]
+        """Scan ``name`` as ``vdifrec scans`` lists it, looked up by its name alone (a full
+        FlexBuff holds thousands of scans; listing them all would hold every client up)."""
+        try:
+            found: dict[str, Any] = json.loads(_core.scan_info(name, self.all_disks))
+        except FileNotFoundError:
+            raise Problem(Code.ERROR, f"'{name}' does not exist in Mk6/VBS format") from None
+        except _core.ArgumentError:
+            raise Problem(Code.ERROR, f"'{name}' exists in both Mk6/VBS formats") from None
+        except (_core.FormatError, _core.GapError, OSError) as exc:
+            raise Problem(Code.ERROR, f"'{name}' cannot be read - {exc}") from None
+        return found
 
     def _scan_set(self, c: Command) -> Reply:
         if c.query:
