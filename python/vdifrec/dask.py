@@ -1,0 +1,307 @@
+"""Recordings as Dask arrays, for checks over many files or scans on a laptop or a cluster.
+
+Needs the ``dask`` extra (``pip install 'vdifrec[dask]'``: ``dask[array]``, ``distributed``,
+``pandas``); ``import vdifrec`` alone never imports Dask.
+
+Only the files' names and a few numbers travel through the scheduler: each chunk is read and
+decoded by vdifrec's Rust reader in the worker that computes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+try:
+    import dask.array as da
+    from dask.delayed import delayed
+except ImportError as exc:  # pragma: no cover - the message is the point
+    raise ImportError("vdifrec.dask needs Dask: pip install 'vdifrec[dask]' (dask[array], distributed, pandas)") from exc
+
+from .files import check as check_file
+from .quality import _LEVELS, BitStats, Spectrum, _expected_fractions, _frame_states, _freq, _need_one_fft, _segment
+from .quality import find_tones as find_tones_of
+from .reader import Reader
+from .reader import open as open_reader
+
+__all__ = ["bstate", "open", "session", "spectrum"]
+
+#: Frame sets per chunk when none is asked for: a few MB of samples per chunk at the
+#: reference rate (8192-byte payloads, 4 channels x 2 bits: 4096 samples a frame).
+DEFAULT_CHUNK_FRAMES = 512
+#: Readers a worker thread keeps open (the oldest is closed first).
+MAX_OPEN_READERS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class _Part:
+    """One file (or scan) of the stream, as the client learned it when the array was made."""
+
+    path: str
+    samples: int
+    start: _dt.datetime
+
+
+#: Readers kept open in each worker thread (a reader has a position, so threads do not share
+#: one), so that a file is mapped and its rate learned once, not once per chunk.
+_readers = threading.local()
+
+
+def _reader(path: str, open_kwargs: dict[str, Any]) -> Reader:
+    cache: dict[Any, Reader] = getattr(_readers, "cache", None) or {}
+    _readers.cache = cache
+    key = (path, repr(sorted(open_kwargs.items())))
+    fh = cache.get(key)
+    if fh is None:
+        if len(cache) >= MAX_OPEN_READERS:
+            cache.pop(next(iter(cache))).close()
+        fh = cache[key] = open_reader(path, **open_kwargs)
+    return fh
+
+
+def _read(path: str, open_kwargs: dict[str, Any], start: int, count: int) -> npt.NDArray[Any]:
+    """One chunk, in the worker: samples ``start .. start + count`` of ``path``."""
+    fh = _reader(path, open_kwargs)
+    fh.seek(start)
+    out: npt.NDArray[Any] = fh.read(count)
+    return out
+
+
+def open(  # noqa: A001 - as vdifrec.open
+    paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    chunk_frames: int | None = None,
+    **open_kwargs: Any,
+) -> da.Array:
+    """A lazy Dask array of one stream's samples, shaped exactly as ``vdifrec.open(...).read()``.
+
+    Parameters
+    ----------
+    paths_or_scans : str, os.PathLike or a list of them
+        VDIF files, or scan names with ``disks=``. Several are one stream: they are put in time
+        order (by their first frame) and concatenated; they must share the sample shape, type
+        and rate.
+    chunk_frames : int, optional
+        Frame sets per chunk (default 512). Chunks hold whole frames, so no frame is decoded
+        twice; a file's last chunk may be shorter, and chunks never span two files.
+    **open_kwargs
+        Passed to :func:`vdifrec.open` in the client and in every worker: ``sample_rate``,
+        ``disks``, ``format``, ``squeeze``.
+
+    Returns
+    -------
+    dask.array.Array
+        ``(time, thread, channel)`` with the same squeezing as ``read()``, ``float32`` (or
+        ``complex64``). Attributes ``vdif_time`` (UTC ``datetime`` of the first sample) and
+        ``sample_rate`` (Hz per channel).
+    """
+    if isinstance(paths_or_scans, (str, os.PathLike)):
+        names = [os.fspath(paths_or_scans)]
+    else:
+        names = [os.fspath(p) for p in paths_or_scans]
+    if not names:
+        raise ValueError("paths_or_scans: give at least one file or scan")
+    if chunk_frames is None:
+        chunk_frames = DEFAULT_CHUNK_FRAMES
+    if isinstance(chunk_frames, bool) or not isinstance(chunk_frames, int) or chunk_frames < 1:
+        raise ValueError(f"chunk_frames: {chunk_frames!r} - give a whole number of frame sets, 1 or more")
+    parts: list[_Part] = []
+    shape: tuple[int, ...] | None = None
+    dtype: np.dtype[Any] | None = None
+    rate = spf = 0.0
+    for name in names:
+        with open_reader(name, **open_kwargs) as fh:
+            this = (fh.sample_shape, fh.dtype, fh.sample_rate, fh.samples_per_frame)
+            if shape is None:
+                shape, dtype, rate, spf = this
+            elif this != (shape, dtype, rate, spf):
+                raise ValueError(
+                    f"paths_or_scans: {name} is not of the same stream as {names[0]} "
+                    f"(sample shape, type, rate, samples per frame: {this} against {(shape, dtype, rate, spf)})"
+                )
+            parts.append(_Part(name, fh.shape[0], fh.start_time))
+    assert shape is not None and dtype is not None
+    parts.sort(key=lambda p: p.start)
+    step = int(chunk_frames * spf)
+    blocks = []
+    for p in parts:
+        for start in range(0, p.samples, step):
+            count = min(step, p.samples - start)
+            task = delayed(_read, pure=True)(p.path, open_kwargs, start, count)
+            blocks.append(da.from_delayed(task, shape=(count, *shape), dtype=dtype))
+    if blocks:
+        array = da.concatenate(blocks, axis=0)
+    else:
+        array = da.zeros((0, *shape), dtype=dtype)
+    array.vdif_time = parts[0].start
+    array.sample_rate = rate
+    return array
+
+
+#: FFTs per task of `spectrum` when none is asked for.
+DEFAULT_CHUNK_FFTS = 4096
+
+
+def _spectrum_part(path: str, open_kwargs: dict[str, Any], nfft: int, start: int, ffts: int) -> tuple[npt.NDArray[np.float64], int]:
+    """In the worker: the summed power of ``ffts`` FFTs from sample ``start`` of ``path``, and
+    how many were taken (a sum, so that parts add up exactly to the whole file's mean)."""
+    fh = _reader(path, open_kwargs)
+    power, taken = fh._core.spectrum(nfft, start, ffts)
+    return np.asarray(power, dtype=np.float64) * taken, int(taken)
+
+
+def spectrum(
+    paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    nfft: int = 1024,
+    chunk_ffts: int | None = None,
+    **open_kwargs: Any,
+) -> list[Spectrum]:
+    """The averaged power spectra of each file or scan (as :func:`vdifrec.spectrum` of
+    ``vdifrec.open(path)``), computed as map-reduce over chunks of whole FFTs on the current
+    Dask scheduler (threads, or a ``distributed.Client``): each task runs vdifrec's Rust
+    spectrum over its chunk where the data lie; the partial sums are added exactly.
+
+    Parameters
+    ----------
+    paths_or_scans : str, os.PathLike or a list of them
+        Files, or scan names with ``disks=``; one Spectrum each, in the order given.
+    nfft : int
+        Spectral channels (FFTs of ``2 nfft`` real or ``nfft`` complex samples).
+    chunk_ffts : int, optional
+        FFTs per task (default 4096).
+    **open_kwargs
+        Passed to :func:`vdifrec.open`: ``sample_rate``, ``disks``, ``format``.
+    """
+    from dask.base import compute
+
+    if isinstance(nfft, bool) or not isinstance(nfft, int) or nfft <= 0:
+        raise ValueError(f"nfft must be a positive whole number of spectral channels, got {nfft!r}")
+    chunk_ffts = DEFAULT_CHUNK_FFTS if chunk_ffts is None else chunk_ffts
+    if isinstance(chunk_ffts, bool) or not isinstance(chunk_ffts, int) or chunk_ffts < 1:
+        raise ValueError(f"chunk_ffts: {chunk_ffts!r} - give a whole number of FFTs, 1 or more")
+    names = [os.fspath(paths_or_scans)] if isinstance(paths_or_scans, (str, os.PathLike)) else [os.fspath(p) for p in paths_or_scans]
+    plans = []
+    for name in names:
+        with open_reader(name, **open_kwargs) as fh:
+            cplx = fh.complex_data
+            _need_one_fft(fh.shape[0], nfft, cplx, "channel")
+            seg = _segment(nfft, cplx)
+            total = fh.shape[0] // seg
+            tasks = [
+                delayed(_spectrum_part, pure=True)(name, open_kwargs, nfft, k * seg, min(chunk_ffts, total - k))
+                for k in range(0, total, chunk_ffts)
+            ]
+            plans.append((tasks, list(fh.thread_ids), fh.header0.nchan, fh.sample_rate, cplx))
+    results = compute(*[t for tasks, *_ in plans for t in tasks])
+    out = []
+    at = 0
+    for tasks, threads, nchan, rate, cplx in plans:
+        parts = results[at : at + len(tasks)]
+        at += len(tasks)
+        taken = sum(n for _, n in parts)
+        power = sum(p for p, _ in parts) / taken
+        power = np.asarray(power).reshape(len(threads), nchan, nfft)
+        out.append(Spectrum(_freq(nfft, cplx, rate), power, nfft, taken, rate, cplx, threads))
+    return out
+
+
+def _names(paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    if isinstance(paths_or_scans, (str, os.PathLike)):
+        return [os.fspath(paths_or_scans)]
+    return [os.fspath(p) for p in paths_or_scans]
+
+
+def _bstate_part(path: str, open_kwargs: dict[str, Any], part: int, lo: int, hi: int) -> tuple[dict[int, npt.NDArray[np.int64]], int]:
+    """In the worker: state counts per thread of frames ``lo .. hi`` of part ``part`` (a scan's
+    chunk; the file itself for a file), counted from the raw bytes."""
+    frames = _reader(path, open_kwargs).frame_parts[part][lo:hi]
+    threads, counts, bits = _frame_states([frames])
+    return {t: counts[k] for k, t in enumerate(threads)}, bits
+
+
+def bstate(
+    paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    chunk_frames: int | None = None,
+    **open_kwargs: Any,
+) -> list[BitStats]:
+    """The quantisation-state statistics of each file or scan (as :func:`vdifrec.bstate` of
+    ``vdifrec.open(path)``: the same counts), counted as map-reduce over runs of whole frames
+    (``chunk_frames``, default 4096 a task) on the current Dask scheduler."""
+    from dask.base import compute
+
+    chunk_frames = 8 * DEFAULT_CHUNK_FRAMES if chunk_frames is None else chunk_frames
+    if isinstance(chunk_frames, bool) or not isinstance(chunk_frames, int) or chunk_frames < 1:
+        raise ValueError(f"chunk_frames: {chunk_frames!r} - give a whole number of frames, 1 or more")
+    names = _names(paths_or_scans)
+    plans = []
+    for name in names:
+        with open_reader(name, **open_kwargs) as fh:
+            sizes = [len(p) for p in fh.frame_parts]
+        plans.append([
+            delayed(_bstate_part, pure=True)(name, open_kwargs, k, lo, min(lo + chunk_frames, n))
+            for k, n in enumerate(sizes)
+            for lo in range(0, n, chunk_frames)
+        ])
+    results = compute(*[t for tasks in plans for t in tasks])
+    out = []
+    at = 0
+    for tasks in plans:
+        parts = results[at : at + len(tasks)]
+        at += len(tasks)
+        by_thread: dict[int, npt.NDArray[np.int64]] = {}
+        bits = parts[0][1] if parts else 2
+        for counts, _ in parts:
+            for t, c in counts.items():
+                by_thread[t] = by_thread[t] + c if t in by_thread else c
+        threads = sorted(by_thread)
+        total = np.stack([by_thread[t] for t in threads]) if threads else np.zeros((0, 0, len(_LEVELS[bits])), np.int64)
+        sums = total.sum(axis=-1, keepdims=True)
+        levels = _LEVELS[bits]
+        out.append(BitStats(bits, levels, total, total / np.where(sums > 0, sums, 1), _expected_fractions(bits, levels), threads))
+    return out
+
+
+def _check_one(path: str, open_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """In the worker: vdifrec's one-pass check of one file or scan."""
+    kw = {k: v for k, v in open_kwargs.items() if k in ("disks", "format")}
+    return check_file(path, **kw)
+
+
+def session(
+    paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    nfft: int = 1024,
+    **open_kwargs: Any,
+) -> Any:
+    """One row per file or scan, for a session's check before correlation: ``path``,
+    ``frames``, ``lost``, ``clean`` (from the one-pass check, a task per file), ``tones`` (the
+    strongest tone per thread and channel, ``[(thread, channel, Hz, power ratio), ...]``) and
+    ``bstate_deviation`` (the largest difference, over threads, channels and states, between
+    the measured state fractions and those of Gaussian noise). A pandas DataFrame."""
+    import pandas as pd
+    from dask.base import compute
+
+    names = _names(paths_or_scans)
+    checks = compute(*[delayed(_check_one, pure=True)(n, open_kwargs) for n in names])
+    spectra = spectrum(names, nfft=nfft, **open_kwargs)
+    states = bstate(names, **open_kwargs)
+    rows = []
+    for name, c, s, b in zip(names, checks, spectra, states):
+        strongest: dict[tuple[int, int], Any] = {}
+        for t in find_tones_of(s):
+            strongest.setdefault((t.thread, t.channel), t)
+        deviation = float(np.max(np.abs(b.fractions - np.asarray(b.expected)))) if b.thread_ids else float("nan")
+        rows.append({
+            "path": name,
+            "frames": int(c["frames"]),
+            "lost": int(c["totals"]["lost"]),
+            "clean": bool(c["clean"]),
+            "tones": [(t.thread, t.channel, t.frequency, t.power_ratio) for t in strongest.values()],
+            "bstate_deviation": deviation,
+        })
+    return pd.DataFrame(rows)
