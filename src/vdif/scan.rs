@@ -319,34 +319,24 @@ fn vbs_chunks(disk: &Path, scan: &str) -> Result<Vec<(u64, PathBuf)>, ScanError>
     if !dir.is_dir() {
         return Ok(Vec::new());
     }
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(&dir).map_err(ScanError::io(&dir))? {
-        let entry = entry.map_err(ScanError::io(&dir))?;
-        let name = entry.file_name();
-        let Some(n) = name
-            .to_str()
-            .and_then(|n| layout::vbs_chunk_number(n, scan))
-        else {
-            continue;
-        };
-        if is_file(&entry.path()) {
-            found.push((n, entry.path()));
-        }
-    }
-    Ok(found)
+    numbered_files(&dir, |n| layout::vbs_chunk_number(n, scan))
 }
 
 /// The files of a `file` scan on one disk: (part number, path), the first `<scan>.vdif` and any
 /// a size rotation started (`<scan>.0001.vdif`, …).
 fn file_parts(disk: &Path, scan: &str) -> Result<Vec<(u64, PathBuf)>, ScanError> {
+    numbered_files(disk, |n| layout::file_part_number(n, scan))
+}
+
+/// The plain files in `dir` whose names `number_of` reads a part number from.
+fn numbered_files(
+    dir: &Path,
+    number_of: impl Fn(&str) -> Option<u64>,
+) -> Result<Vec<(u64, PathBuf)>, ScanError> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(disk).map_err(ScanError::io(disk))? {
-        let entry = entry.map_err(ScanError::io(disk))?;
-        let Some(n) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| layout::file_part_number(n, scan))
-        else {
+    for entry in std::fs::read_dir(dir).map_err(ScanError::io(dir))? {
+        let entry = entry.map_err(ScanError::io(dir))?;
+        let Some(n) = entry.file_name().to_str().and_then(&number_of) else {
             continue;
         };
         if is_file(&entry.path()) {
