@@ -74,6 +74,12 @@ def _read(path: str, open_kwargs: dict[str, Any], start: int, count: int) -> npt
     return out
 
 
+def _names(paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    if isinstance(paths_or_scans, (str, os.PathLike)):
+        return [os.fspath(paths_or_scans)]
+    return [os.fspath(p) for p in paths_or_scans]
+
+
 def open(  # noqa: A001 - as vdifrec.open
     paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     chunk_frames: int | None = None,
@@ -101,10 +107,7 @@ def open(  # noqa: A001 - as vdifrec.open
         ``complex64``). Attributes ``vdif_time`` (UTC ``datetime`` of the first sample) and
         ``sample_rate`` (Hz per channel).
     """
-    if isinstance(paths_or_scans, (str, os.PathLike)):
-        names = [os.fspath(paths_or_scans)]
-    else:
-        names = [os.fspath(p) for p in paths_or_scans]
+    names = _names(paths_or_scans)
     if not names:
         raise ValueError("paths_or_scans: give at least one file or scan")
     if chunk_frames is None:
@@ -185,7 +188,7 @@ def spectrum(
     chunk_ffts = DEFAULT_CHUNK_FFTS if chunk_ffts is None else chunk_ffts
     if isinstance(chunk_ffts, bool) or not isinstance(chunk_ffts, int) or chunk_ffts < 1:
         raise ValueError(f"chunk_ffts: {chunk_ffts!r} - give a whole number of FFTs, 1 or more")
-    names = [os.fspath(paths_or_scans)] if isinstance(paths_or_scans, (str, os.PathLike)) else [os.fspath(p) for p in paths_or_scans]
+    names = _names(paths_or_scans)
     plans = []
     for name in names:
         with open_reader(name, **open_kwargs) as fh:
@@ -209,12 +212,6 @@ def spectrum(
         power = np.asarray(power).reshape(len(threads), nchan, nfft)
         out.append(Spectrum(_freq(nfft, cplx, rate), power, nfft, taken, rate, cplx, threads))
     return out
-
-
-def _names(paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
-    if isinstance(paths_or_scans, (str, os.PathLike)):
-        return [os.fspath(paths_or_scans)]
-    return [os.fspath(p) for p in paths_or_scans]
 
 
 def _bstate_part(path: str, open_kwargs: dict[str, Any], part: int, lo: int, hi: int) -> tuple[dict[int, npt.NDArray[np.int64]], int]:
