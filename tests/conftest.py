@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -121,6 +122,20 @@ def delivered(address: tuple[str, int], sent: int, taken: Callable[[], int] | No
         flushes = 1
         wait(sent + 1)
     return Delivery(state()[1], flushes)
+
+
+def output_line(path: Path, pattern: str, timeout: float = 30.0, proc: subprocess.Popen[str] | None = None) -> re.Match[str]:
+    """Waits (bounded) until what a subprocess writes to `path` matches `pattern` (its
+    'listening on ...' or 'control on ...' line) and returns the match; stops early when
+    `proc` has exited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = re.search(pattern, path.read_text())
+        if m or (proc is not None and proc.poll() is not None):
+            break
+        time.sleep(0.05)
+    assert m, path.read_text()
+    return m
 
 
 def frames_of(data: bytes | Path, frame_size: int = 8224) -> np.ndarray:

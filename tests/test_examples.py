@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import vdifrec
-from conftest import delivered, frames_of, free_udp_port, left_out, loss_by_second, vdif_keys
+from conftest import delivered, frames_of, free_udp_port, left_out, loss_by_second, output_line, vdif_keys
 
 
 def test_observation_script(tmp_path: Path) -> None:
@@ -95,13 +95,7 @@ def test_schedule_script_runs_three_scans_through_vsi(tmp_path: Path) -> None:
             stdout=fh, stderr=subprocess.STDOUT, text=True,
         )
     try:
-        m = None
-        for _ in range(300):
-            m = re.search(r"control on ([0-9.]+:\d+)", out.read_text())
-            if m:
-                break
-            time.sleep(0.05)
-        assert m, out.read_text()
+        m = output_line(out, r"control on ([0-9.]+:\d+)", proc=serve)
         sender = vdifrec.Sender(("127.0.0.1", port), duration=8, fps=2000)
         r = subprocess.run(
             [sys.executable, "-m", "vdifrec.examples.schedule", "--control", m.group(1), "--mode", "VDIF_8192-131.072-4-2",

@@ -14,14 +14,13 @@ import re
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import vdifrec
-from conftest import delivered, frames_of, left_out, run_cli, vdif_keys
+from conftest import delivered, frames_of, left_out, output_line, run_cli, vdif_keys
 
 FS = 8224
 FPS = 10_000
@@ -523,14 +522,7 @@ def test_record_command_writes_a_scan(tmp_path: Path) -> None:
             stdout=out, stderr=subprocess.STDOUT, text=True,
         )
     try:
-        port = None
-        for _ in range(300):
-            m = re.search(r"listening on [0-9.]+:(\d+)", port_file.read_text())
-            if m:
-                port = int(m.group(1))
-                break
-            time.sleep(0.05)
-        assert port is not None, port_file.read_text()
+        port = int(output_line(port_file, r"listening on [0-9.]+:(\d+)", proc=proc).group(1))
         vdifrec.send(("127.0.0.1", port), frames=8000, fps=FPS, record_sent=sent_file, **START)
         # Ends by itself at 8000 frames; a kernel drop would leave it waiting: bounded.
         try:

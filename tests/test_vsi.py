@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import delivered, free_udp_port, frames_of, left_out, run_cli
+from conftest import delivered, free_udp_port, frames_of, left_out, output_line, run_cli
 
 import vdifrec
 from vdifrec.vsi import Code, Reply, VSIClient, VSIError, parse_reply
@@ -56,14 +56,7 @@ class Serve:
                "--gather-dir", str(self.gather), "--ring", "64MiB", "--log", str(self.log), *extra]
         self._out = open(self.out, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 30
-        m = None
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            m = re.search(r"control on ([0-9.]+):(\d+)", self.out.read_text())
-            if m:
-                break
-            time.sleep(0.05)
-        assert m, self.out.read_text()
+        m = output_line(self.out, r"control on ([0-9.]+):(\d+)", proc=self.proc)
         self.address = (m.group(1), int(m.group(2)))
         self.client = VSIClient(self.address, timeout=30)
 
@@ -80,6 +73,12 @@ class Serve:
                 return
             time.sleep(0.05)
         raise AssertionError("record? did not say off")
+
+    def wait_copied(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while self.one("disk2file?").fields[0] == "active":
+            assert time.monotonic() < deadline, "disk2file still active"
+            time.sleep(0.05)
 
     def stats(self) -> dict[str, str]:
         return dict(f.split("=", 1) for f in self.one("stats?").fields)
@@ -199,15 +198,12 @@ def test_a_field_system_session_records_three_exact_scans(serve: Serve, tmp_path
     length = len(vbs_scan(serve.disks, "kvn_scan2"))
     assert serve.one("scan_set?").fields == ("1", "kvn_scan2", "0", str(length))
     assert serve.one("disk2file=scan2.vdif:::w").code == Code.STARTED
-    deadline = time.monotonic() + 30
-    while serve.one("disk2file?").fields[0] == "active" and time.monotonic() < deadline:
-        time.sleep(0.05)
+    serve.wait_copied()
     assert serve.one("disk2file?").fields == ("inactive", str(serve.gather / "scan2.vdif"))
     assert (serve.gather / "scan2.vdif").read_bytes() == vbs_scan(serve.disks, "kvn_scan2")
     # A byte range: the second frame set of kvn_scan1 only.
     assert serve(f"scan_set=kvn_scan1;disk2file=part.vdif:{FS}:+{FS}") == [Reply("scan_set", False, 0), Reply("disk2file", False, 1)]
-    while serve.one("disk2file?").fields[0] == "active":
-        time.sleep(0.05)
+    serve.wait_copied()
     assert (serve.gather / "part.vdif").read_bytes() == vbs_scan(serve.disks, "kvn_scan1")[FS : 2 * FS]
     log = serve.log.read_text()
     assert re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z 127\.0\.0\.1:\d+ << record=on:kvn_scan1;", log, re.M)

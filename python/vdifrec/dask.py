@@ -74,6 +74,28 @@ def _read(path: str, open_kwargs: dict[str, Any], start: int, count: int) -> npt
     return out
 
 
+def _whole(name: str, value: Any, default: int, what: str) -> int:
+    """A count of ``what`` (frames, FFTs), 1 or more: ``default`` when None."""
+    value = default if value is None else value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: {value!r} - give a whole number of {what}, 1 or more")
+    return value
+
+
+def _compute_per_file(plans: list[list[Any]]) -> list[tuple[Any, ...]]:
+    """Every file's tasks in one compute (the scheduler sees them all at once); the results
+    handed back file by file."""
+    from dask.base import compute
+
+    results = compute(*[t for tasks in plans for t in tasks])
+    out = []
+    at = 0
+    for tasks in plans:
+        out.append(results[at : at + len(tasks)])
+        at += len(tasks)
+    return out
+
+
 def _names(paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
     if isinstance(paths_or_scans, (str, os.PathLike)):
         return [os.fspath(paths_or_scans)]
@@ -110,10 +132,7 @@ def open(  # noqa: A001 - as vdifrec.open
     names = _names(paths_or_scans)
     if not names:
         raise ValueError("paths_or_scans: give at least one file or scan")
-    if chunk_frames is None:
-        chunk_frames = DEFAULT_CHUNK_FRAMES
-    if isinstance(chunk_frames, bool) or not isinstance(chunk_frames, int) or chunk_frames < 1:
-        raise ValueError(f"chunk_frames: {chunk_frames!r} - give a whole number of frame sets, 1 or more")
+    chunk_frames = _whole("chunk_frames", chunk_frames, DEFAULT_CHUNK_FRAMES, "frame sets")
     parts: list[_Part] = []
     shape: tuple[int, ...] | None = None
     dtype: np.dtype[Any] | None = None
@@ -181,13 +200,9 @@ def spectrum(
     **open_kwargs
         Passed to :func:`vdifrec.open`: ``sample_rate``, ``disks``, ``format``.
     """
-    from dask.base import compute
-
     if isinstance(nfft, bool) or not isinstance(nfft, int) or nfft <= 0:
         raise ValueError(f"nfft must be a positive whole number of spectral channels, got {nfft!r}")
-    chunk_ffts = DEFAULT_CHUNK_FFTS if chunk_ffts is None else chunk_ffts
-    if isinstance(chunk_ffts, bool) or not isinstance(chunk_ffts, int) or chunk_ffts < 1:
-        raise ValueError(f"chunk_ffts: {chunk_ffts!r} - give a whole number of FFTs, 1 or more")
+    chunk_ffts = _whole("chunk_ffts", chunk_ffts, DEFAULT_CHUNK_FFTS, "FFTs")
     names = _names(paths_or_scans)
     plans = []
     for name in names:
@@ -201,12 +216,8 @@ def spectrum(
                 for k in range(0, total, chunk_ffts)
             ]
             plans.append((tasks, list(fh.thread_ids), fh.header0.nchan, fh.sample_rate, cplx))
-    results = compute(*[t for tasks, *_ in plans for t in tasks])
     out = []
-    at = 0
-    for tasks, threads, nchan, rate, cplx in plans:
-        parts = results[at : at + len(tasks)]
-        at += len(tasks)
+    for parts, (_, threads, nchan, rate, cplx) in zip(_compute_per_file([p[0] for p in plans]), plans):
         taken = sum(n for _, n in parts)
         power = sum(p for p, _ in parts) / taken
         power = np.asarray(power).reshape(len(threads), nchan, nfft)
@@ -230,11 +241,7 @@ def bstate(
     """The quantisation-state statistics of each file or scan (as :func:`vdifrec.bstate` of
     ``vdifrec.open(path)``: the same counts), counted as map-reduce over runs of whole frames
     (``chunk_frames``, default 4096 a task) on the current Dask scheduler."""
-    from dask.base import compute
-
-    chunk_frames = 8 * DEFAULT_CHUNK_FRAMES if chunk_frames is None else chunk_frames
-    if isinstance(chunk_frames, bool) or not isinstance(chunk_frames, int) or chunk_frames < 1:
-        raise ValueError(f"chunk_frames: {chunk_frames!r} - give a whole number of frames, 1 or more")
+    chunk_frames = _whole("chunk_frames", chunk_frames, 8 * DEFAULT_CHUNK_FRAMES, "frames")
     names = _names(paths_or_scans)
     plans = []
     for name in names:
@@ -245,12 +252,8 @@ def bstate(
             for k, n in enumerate(sizes)
             for lo in range(0, n, chunk_frames)
         ])
-    results = compute(*[t for tasks in plans for t in tasks])
     out = []
-    at = 0
-    for tasks in plans:
-        parts = results[at : at + len(tasks)]
-        at += len(tasks)
+    for parts in _compute_per_file(plans):
         by_thread: dict[int, npt.NDArray[np.int64]] = {}
         bits = parts[0][1] if parts else 2
         for counts, _ in parts:
