@@ -177,11 +177,15 @@ def test_a_field_system_session_records_three_exact_scans(serve: Serve, tmp_path
         assert int(state.fields[3]) == (n - d.kernel_drops) * FS
         ev = serve.one("evlbi?")
         assert ev.fields[:3] == ("total", str(n - d.kernel_drops), "loss")
-        assert ev.fields[3].startswith(f"{d.kernel_drops} (")
         assert serve.one("record=off").code == Code.STARTED
         serve.wait_off()
         data = vbs_scan(serve.disks, name)
-        assert len(left_out(frames_of(sent_file), frames_of(data))) == d.kernel_drops
+        missing = left_out(frames_of(sent_file), frames_of(data))
+        assert len(missing) == d.kernel_drops
+        # Loss is the frames missing between frames received: a frame the kernel dropped after
+        # the last one received (possible on an untuned host) is not yet known to be missing.
+        last = max(set(range(n)) - set(missing))
+        assert ev.fields[3].startswith(f"{sum(1 for j in missing if j < last)} (")
         s = scan_summary(serve.disks, name)
         assert s["frames"] == n - d.kernel_drops and s["invariant_holds"] and s["bytes_written"] == len(data)
         assert s["chunk_size"] == round(8388608 / FS / 128) * 128 * FS  # net_protocol's work buffer, in whole runs
@@ -393,9 +397,12 @@ def test_abuse_of_the_control_port_costs_the_scan_nothing(serve: Serve, tmp_path
     assert serve.one("record=off").code == 1
     serve.wait_off()
     data = vbs_scan(serve.disks, "abused")
-    assert len(left_out(frames_of(tmp_path / "sent.vdif"), frames_of(data))) == d.kernel_drops
+    missing = left_out(frames_of(tmp_path / "sent.vdif"), frames_of(data))
+    assert len(missing) == d.kernel_drops
+    # The scan's loss is the kernel's drops between frames received (not after the last one).
+    last = max(set(range(sent["frames_sent"])) - set(missing))
     s = scan_summary(serve.disks, "abused")
-    assert s["frames_lost"] == d.kernel_drops and s["ring_overflows"] == 0
+    assert s["frames_lost"] == sum(1 for j in missing if j < last) and s["ring_overflows"] == 0
 
 
 def test_two_clients_racing_for_record_on_one_wins(serve: Serve) -> None:
