@@ -331,6 +331,7 @@ def _cases() -> list[Case]:
     for address in ("", "nonsense", "127.0.0.1:99999", "127.0.0.1:abc", "127.0.0.1:-1", "127.0.0.1:0"):
         c("watch", "address", address, allowed="HOST:PORT")
     c("watch", "address", "https://127.0.0.1:1", allowed="plain http")
+    c("watch", "address", "127.0.0.1:{tcp}", "http://127.0.0.1:{tcp}/", allowed="give each once")
     flag("watch", "--every", {"0": ABOVE_0, "-1": ABOVE_0, "abc": ABOVE_0, "3s": ABOVE_0})
     flag("watch", "--count", {"0": ABOVE_0, "-1": ABOVE_0, "1.5": ABOVE_0})
     flag("watch", "--stalled-after", {"0": ABOVE_0, "-1": ABOVE_0, "abc": ABOVE_0})

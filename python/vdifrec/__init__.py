@@ -28,7 +28,7 @@ from .files import check, generate
 from .reader import Reader, decode, open
 from .quality import BitStats, Fringe, Spectrum, Tone, bstate, find_tones, fringe, spectrum
 from .recorder import Recorder, Sender, send
-from .remote import RemoteStatus
+from .remote import RemoteStatus, RemoteStatuses
 from .reports import DiskRecord, FileRecord, ScanSummary, SecondRow, Stats, Summary, ThreadSecond
 from .scans import gather, scans
 from .vsi import VSIClient, VSIError
@@ -65,6 +65,7 @@ __all__ = [
     "Recorder",
     "RecorderError",
     "RemoteStatus",
+    "RemoteStatuses",
     "SAMPLE_VDIF",
     "SecondRow",
     "Sender",

@@ -1,8 +1,22 @@
-"""`vdifrec watch HOST:PORT`: the control room's view of a recorder, every few seconds.
+"""`vdifrec watch HOST:PORT [HOST:PORT ...]`: the control room's view of its recorders, every
+few seconds.
 
-One line per poll, as the original system's client printed it (VDIF time, total frames, stream
-capacity, file name, file capacity), plus the loss; a loud line when new loss appears, when
-the stream stops, or when the recorder does not answer.
+One recorder: one line per poll, as the original system's client printed it (VDIF time, total
+frames, stream capacity, file name, file capacity), plus the loss and the rate.
+
+Several recorders (a station network): one line per recorder per poll, in the order given,
+
+  HH:MM:SS  HOST:PORT  STATE  scan NAME  R.RR Gbit/s  lost network N kernel N ring N malformed N  disk FILL%
+
+with `-` where /status has no such field (a plain `record` has no scan, no disk fill; today's
+/status serves neither).
+A recorder that does not answer says `!!! NO ANSWER: why !!!` in its line, every poll, while
+the others are still polled; a line says when it answers again.
+
+Either way, a loud line tells of new loss (by cause), of a stream that stopped, of a recorder
+that does not answer or that was restarted. --count bounds the polls; Ctrl-C or SIGTERM ends
+the watch. With --fail-on-loss the last line sums up the loss that appeared during the watch,
+by recorder and cause, and the exit status is 1 if there was any (0 if none).
 """
 
 from __future__ import annotations
@@ -13,18 +27,26 @@ import time
 import urllib.parse
 from typing import Any, TextIO
 
-from ._cli_args import positive, sigterm_as_interrupt
-from .remote import RemoteStatus
+from ._cli_args import UsageError, positive, sigterm_as_interrupt
+from .remote import RemoteStatuses
+
+#: The causes of loss, as /metrics labels them (vdifrec_frames_lost_total{cause=...}).
+CAUSES = ("network", "kernel", "ring", "malformed")
+#: Fields a station recorder may serve in /status beside a plain recording's; `-` while absent.
+SCAN_FIELD, DISK_FILL_FIELD = "scan", "disk_fill"
 
 
 def add_watch(sub: Any) -> None:
-    p = sub.add_parser("watch", help="poll a recorder's status endpoint and print a line every few seconds",
+    p = sub.add_parser("watch", help="poll recorders' status endpoints and print a line per recorder every few seconds",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("address", type=status_address, help="HOST:PORT of the recorder's --status-listen")
+    p.add_argument("address", type=status_address, nargs="+",
+                   help="HOST:PORT of a recorder's --status-listen; give several to watch a station network")
     p.add_argument("--every", type=positive(), default=3.0, help="seconds between polls (default 3)")
     p.add_argument("--count", type=positive(int), default=None, help="stop after this many polls")
     p.add_argument("--stalled-after", type=positive(), default=5.0,
                    help="call the stream stopped after this many seconds without packets (default 5)")
+    p.add_argument("--fail-on-loss", action="store_true",
+                   help="end with a line summing up the loss seen during the watch; exit status 1 if any")
     p.set_defaults(func=run_watch)
 
 
@@ -50,10 +72,116 @@ def _loud(text: str, out: TextIO) -> str:
     return f"\033[1;31m{text}\033[0m" if out.isatty() else text
 
 
+def loss_by_cause(stats: dict[str, Any]) -> dict[str, int]:
+    """Frames lost by cause, as /metrics counts them: sequence gaps the kernel's drops do not
+    explain (network), the kernel's drops, the ring's overflows and malformed datagrams."""
+    return {
+        "network": max(stats["frames_lost"] - stats["kernel_drops"], 0),
+        "kernel": stats["kernel_drops"],
+        "ring": stats["ring_overflows"],
+        "malformed": stats["datagrams_malformed"],
+    }
+
+
+def _by_cause(loss: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in loss.items() if v)
+
+
+class _Watched:
+    """What watch remembers of one recorder between polls."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.start_unix: float | None = None
+        """The run last seen (a new value: the recorder was restarted, its counters began again)."""
+        self.baseline: dict[str, int] | None = None
+        """Loss by cause when the watch first saw this run (zero for a run begun during the watch)."""
+        self.previous: dict[str, int] | None = None
+        """Loss by cause at the last answer."""
+        self.earlier = dict.fromkeys(CAUSES, 0)
+        """Loss of earlier runs during the watch."""
+        self.silent = 0
+        """Polls in a row without an answer."""
+
+    def new_loss(self) -> dict[str, int]:
+        """The loss that appeared during the watch, by cause."""
+        if self.previous is None or self.baseline is None:
+            return dict(self.earlier)
+        return {k: self.earlier[k] + max(self.previous[k] - self.baseline[k], 0) for k in CAUSES}
+
+    def answered(self, doc: dict[str, Any]) -> tuple[dict[str, int], dict[str, int] | None, bool]:
+        """Takes an answer: (loss by cause now, its growth since the last answer or None on the
+        first, whether the recorder was restarted since)."""
+        causes = loss_by_cause(doc["stats"])
+        restarted = self.start_unix is not None and doc["start_unix"] != self.start_unix
+        if restarted:
+            # Everything a run begun during the watch lost, it lost during the watch.
+            self.earlier = self.new_loss()
+            self.baseline = self.previous = dict.fromkeys(CAUSES, 0)
+        elif self.baseline is None:
+            self.baseline = causes
+        new = None if self.previous is None else {k: causes[k] - self.previous[k] for k in CAUSES}
+        self.previous, self.start_unix = causes, doc["start_unix"]
+        return causes, new, restarted
+
+
+def _stalled(doc: dict[str, Any], after: float) -> float | None:
+    """Seconds without packets, if the recorder waits for or records a stream that stopped."""
+    st = doc["stats"]
+    idle = st.get("seconds_since_datagram")
+    if idle is None:
+        # Nothing yet: a stall only once the recorder has waited that long.
+        idle = st["elapsed_s"] if st["elapsed_s"] >= after else None
+    elif idle < after:
+        idle = None
+    return idle if doc["state"] in ("recording", "waiting") else None
+
+
+def _classic_line(now: str, doc: dict[str, Any], causes: dict[str, int]) -> str:
+    """The one-recorder line: the original client's fields, the loss, the rate, the state."""
+    st = doc["stats"]
+    file_name = (doc["current_file"] or "-").rsplit("/", 1)[-1]
+    return (f"{now}  VDIF {doc['vdif_time'] or '-'}  frames {st['frames_received']}  "
+            f"stream {st['bytes_buffered']} B  file {file_name} {doc['current_file_bytes']} B  "
+            f"lost {sum(causes.values())}  {doc['rates']['receive_gbps']:.2f} Gbit/s  [{doc['state']}]")
+
+
+def _network_line(now: str, address: str, width: int, doc: dict[str, Any], causes: dict[str, int]) -> str:
+    """A station network's line for one recorder."""
+    scan = doc.get(SCAN_FIELD) or "-"
+    fill = doc.get(DISK_FILL_FIELD)
+    disk = "-" if fill is None else f"{100 * fill:.0f}%"
+    lost = " ".join(f"{k} {v}" for k, v in causes.items())
+    return (f"{now}  {address:<{width}}  {doc['state']:<9}  scan {scan}  {doc['rates']['receive_gbps']:.2f} Gbit/s  "
+            f"lost {lost}  disk {disk}")
+
+
+def _summary(now: str, watched: list[_Watched], polls: int, out: TextIO) -> tuple[str, int]:
+    """--fail-on-loss's last line and exit status."""
+    lossy = [(w.address, w.new_loss()) for w in watched if any(w.new_loss().values())]
+    never = [w.address for w in watched if w.start_unix is None]
+    unheard = f"; never answered: {', '.join(never)}" if never else ""
+    if lossy:
+        which = "; ".join(f"{a} {sum(n.values())} frames ({_by_cause(n)})" for a, n in lossy)
+        return _loud(f"{now} !!! FAIL: new loss during the watch: {which}{unheard} !!!", out), 1
+    n = len(watched)
+    return f"{now} no new loss during the watch ({n} recorder{'s' * (n > 1)}, {polls} polls){unheard}", 0
+
+
 def run_watch(a: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    remote = RemoteStatus(a.address)
-    previous: dict[str, int] | None = None
+    addresses: list[str] = a.address
+    try:
+        station = RemoteStatuses(addresses)
+    except ValueError as exc:  # a recorder named twice
+        raise UsageError("argument address: " + str(exc).removeprefix("urls: ")) from None
+    watched = [_Watched(address) for address in addresses]
+    network = len(watched) > 1
+    width = max(len(address) for address in addresses)
+
+    def say(text: str) -> None:
+        print(text, file=out, flush=True)
+
     polls = 0
     with sigterm_as_interrupt():
         try:
@@ -61,44 +189,38 @@ def run_watch(a: argparse.Namespace, out: TextIO | None = None) -> int:
                 if polls:
                     time.sleep(a.every)
                 polls += 1
+                answers = station.status()
                 now = time.strftime("%H:%M:%S")
-                try:
-                    doc = remote.status()
-                except ConnectionError as exc:
-                    print(_loud(f"{now} !!! NO ANSWER from {a.address}: {exc} !!!", out), file=out, flush=True)
-                    continue
-                st = doc["stats"]
-                causes = {
-                    "network": max(st["frames_lost"] - st["kernel_drops"], 0),
-                    "kernel": st["kernel_drops"],
-                    "ring": st["ring_overflows"],
-                    "malformed": st["datagrams_malformed"],
-                }
-                lost = sum(causes.values())
-                file_name = (doc["current_file"] or "-").rsplit("/", 1)[-1]
-                print(
-                    f"{now}  VDIF {doc['vdif_time'] or '-'}  frames {st['frames_received']}  "
-                    f"stream {st['bytes_buffered']} B  file {file_name} {doc['current_file_bytes']} B  "
-                    f"lost {lost}  {doc['rates']['receive_gbps']:.2f} Gbit/s  [{doc['state']}]",
-                    file=out, flush=True,
-                )
-                if previous is not None:
-                    new = {k: causes[k] - previous[k] for k in causes}
-                    if any(v > 0 for v in new.values()):
-                        detail = ", ".join(f"{k} {v}" for k, v in new.items() if v)
-                        print(_loud(f"{now} !!! LOSS: {sum(new.values())} frames since the last poll ({detail}) !!!", out),
-                              file=out, flush=True)
-                previous = causes
-                idle = st.get("seconds_since_datagram")
-                if idle is None:
-                    # Nothing yet: a stall only once the recorder has waited that long.
-                    idle = st["elapsed_s"] if st["elapsed_s"] >= a.stalled_after else None
-                    stalled = idle is not None
-                else:
-                    stalled = idle >= a.stalled_after
-                if doc["state"] in ("recording", "waiting") and stalled:
-                    what = f"no packets for {idle:.0f} s"
-                    print(_loud(f"{now} !!! STREAM STOPPED: {what} !!!", out), file=out, flush=True)
+                alerts: list[str] = []
+                for w in watched:
+                    doc = answers[w.address]
+                    at = f" at {w.address}" if network else ""
+                    if isinstance(doc, ConnectionError):
+                        w.silent += 1
+                        if network:
+                            say(_loud(f"{now}  {w.address:<{width}}  !!! NO ANSWER: {doc} !!!", out))
+                        else:
+                            say(_loud(f"{now} !!! NO ANSWER from {w.address}: {doc} !!!", out))
+                        continue
+                    causes, new, restarted = w.answered(doc)
+                    say(_network_line(now, w.address, width, doc, causes) if network else _classic_line(now, doc, causes))
+                    if w.silent:
+                        alerts.append(f"{now} {w.address} answers again, after {w.silent} poll{'s' * (w.silent > 1)} without an answer")
+                        w.silent = 0
+                    if restarted:
+                        alerts.append(_loud(f"{now} !!! RESTARTED{at}: a new run since {doc['start_time']}, its counters begin again !!!", out))
+                    if new is not None and any(v > 0 for v in new.values()):
+                        alerts.append(_loud(f"{now} !!! LOSS{at}: {sum(new.values())} frames since the last poll "
+                                            f"({_by_cause(new)}) !!!", out))
+                    idle = _stalled(doc, a.stalled_after)
+                    if idle is not None:
+                        alerts.append(_loud(f"{now} !!! STREAM STOPPED{at}: no packets for {idle:.0f} s !!!", out))
+                for line in alerts:
+                    say(line)
         except KeyboardInterrupt:
             pass
-    return 0
+    if not a.fail_on_loss:
+        return 0
+    line, code = _summary(time.strftime("%H:%M:%S"), watched, polls, out)
+    say(line)
+    return code

@@ -1,0 +1,338 @@
+"""`vdifrec watch` on several recorders (a station network) and `vdifrec.RemoteStatuses`.
+
+The recorders are real (`vdifrec.Recorder` with a status endpoint on 127.0.0.1); the watch is a
+subprocess whose lines a thread collects as they come, so that each step waits (bounded) for
+the line that tells what it needs, never for a time. The one-recorder line is in test_status.
+
+Where the host grants the recorder a small socket buffer the kernel may drop frames: the loss
+expected then follows from what it dropped (conftest.delivered).
+"""
+
+from __future__ import annotations
+
+import http.server
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import delivered, run_cli
+
+import vdifrec
+
+START = dict(ref_epoch=53, start_second=4000)
+TIMEOUT = 60.0
+ROW = re.compile(
+    r"^\d\d:\d\d:\d\d  (?P<address>\S+)\s+(?P<state>[a-z]+)\s+scan (?P<scan>\S+)  (?P<gbps>\d+\.\d\d) Gbit/s  "
+    r"lost network (?P<network>\d+) kernel (?P<kernel>\d+) ring (?P<ring>\d+) malformed (?P<malformed>\d+)  "
+    r"disk (?P<disk>\S+)$"
+)
+NO_ANSWER = re.compile(r"^\d\d:\d\d:\d\d  (?P<address>\S+)\s+!!! NO ANSWER: (?P<why>.+) !!!$")
+CAUSES = ("network", "kernel", "ring", "malformed")
+
+
+def recorder(status_listen: str = "127.0.0.1:0") -> vdifrec.Recorder:
+    return vdifrec.Recorder(port=0, ring="16MiB", frame_size=8224, fps=2000, status_listen=status_listen).start()
+
+
+def address(rec: vdifrec.Recorder) -> str:
+    assert rec.status_address is not None
+    return "%s:%d" % rec.status_address
+
+
+def free_tcp_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on (free at the time of asking)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+class Watch:
+    """`vdifrec watch ARGS` in a subprocess; `lines` grows as it prints."""
+
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        self.err = tmp_path / "watch.err"
+        with self.err.open("w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "vdifrec.cli", "watch", *args],
+                                         stdout=subprocess.PIPE, stderr=err, text=True)
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with self.proc.stdout:
+            for line in self.proc.stdout:
+                with self._changed:
+                    self.lines.append(line.rstrip("\n"))
+                    self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, what: str, done: Callable[[list[str]], bool], timeout: float = TIMEOUT) -> None:
+        """Waits (bounded) until `done(lines)`; fails, showing the lines, if it never is."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not done(list(self.lines)):
+                left = deadline - time.monotonic()
+                assert left > 0 and self.proc.poll() is None, f"watch never showed {what}:\n" + "\n".join(self.lines)
+                self._changed.wait(min(left, 0.2))
+
+    def end(self, sig: int | None = None) -> int:
+        """Ends the watch (with `sig`, or by its --count) and returns its exit status."""
+        if sig is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(TIMEOUT)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(TIMEOUT)
+        self._reader.join(TIMEOUT)
+        return code
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(TIMEOUT)
+        self._reader.join(TIMEOUT)
+
+
+def rows(lines: list[str]) -> list[tuple[str, re.Match[str]]]:
+    """The per-recorder lines, in order: ("row", match) for an answer, ("silent", match) for none."""
+    out = []
+    for line in lines:
+        if m := ROW.match(line):
+            out.append(("row", m))
+        elif m := NO_ANSWER.match(line):
+            out.append(("silent", m))
+    return out
+
+
+def of(lines: list[str], who: str, kind: str | None = None) -> list[re.Match[str]]:
+    return [m for k, m in rows(lines) if m["address"] == who and (kind is None or k == kind)]
+
+
+def after_first_silent(lines: list[str], who: str) -> list[tuple[str, re.Match[str]]]:
+    """The per-recorder lines from `who`'s first 'NO ANSWER' on (none if it has not come)."""
+    seen = rows(lines)
+    first = next((i for i, (k, m) in enumerate(seen) if k == "silent" and m["address"] == who), len(seen))
+    return seen[first:]
+
+
+def loss(m: re.Match[str]) -> dict[str, int]:
+    return {k: int(m[k]) for k in CAUSES}
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[Callable[[], object]]]:
+    """Things to stop whatever the test's outcome, last first."""
+    todo: list[Callable[[], object]] = []
+    yield todo
+    for stop in reversed(todo):
+        stop()
+
+
+def test_watch_many_recorders_one_stops_answering_and_comes_back(tmp_path, cleanup) -> None:
+    a, b = recorder(), recorder()
+    cleanup += [a.stop, lambda: b.running and b.stop()]
+    A, B = address(a), address(b)
+    watch = Watch(tmp_path, A, B, "--every", "0.2", "--count", "2000")
+    cleanup.append(watch.stop)
+    watch.wait_for("two answers from each", lambda ls: len(of(ls, A, "row")) >= 2 and len(of(ls, B, "row")) >= 2)
+
+    b.stop()
+    watch.wait_for(f"{B} not answering twice, and {A} answering on after that",
+                   lambda ls: [(k, m["address"]) for k, m in after_first_silent(ls, B)][:4]
+                   == [("silent", B), ("row", A), ("silent", B), ("row", A)])
+    # The same status address again, a new run behind it.
+    b = recorder(status_listen=B)
+    watch.wait_for(f"{B} answering again", lambda ls: any(" answers again" in ln for ln in ls)
+                   and any(k == "row" and m["address"] == B for k, m in after_first_silent(ls, B)))
+    assert watch.end(signal.SIGINT) == 0  # Ctrl-C ends it cleanly
+    assert watch.err.read_text() == ""
+    lines = watch.lines
+
+    # One line per recorder per poll, in the order given, answered or not; the stopped one
+    # says so in its line each poll; the other goes on answering.
+    seen = rows(lines)
+    assert [m["address"] for _, m in seen] == [(A, B)[i % 2] for i in range(len(seen))], "\n".join(lines)
+    assert of(lines, A, "silent") == []
+    assert all(m["state"] == "waiting" and m["scan"] == "-" and m["disk"] == "-" and loss(m) == dict.fromkeys(CAUSES, 0)
+               for m in of(lines, A, "row") + of(lines, B, "row"))
+    kinds = [k for k, m in seen if m["address"] == B]
+    first_silent = kinds.index("silent")
+    back = first_silent + kinds[first_silent:].index("row")
+    assert kinds == ["row"] * first_silent + ["silent"] * (back - first_silent) + ["row"] * (len(kinds) - back)
+    assert all("Connection refused" in m["why"] and f"http://{B}/status" in m["why"] for m in of(lines, B, "silent"))
+    # Marked back when it answers again: how long it was silent, and that a new run answers.
+    silent = back - first_silent
+    again = [ln for ln in lines if " answers again" in ln]
+    assert len(again) == 1 and re.fullmatch(rf"\d\d:\d\d:\d\d {re.escape(B)} answers again, after {silent} polls? without an answer", again[0])
+    assert sum(f"!!! RESTARTED at {B}: a new run since " in ln for ln in lines) == 1
+    assert not any("LOSS" in ln for ln in lines)
+
+
+def test_watch_fail_on_loss_names_the_recorder_and_the_causes(tmp_path, cleanup) -> None:
+    a, b = recorder(), recorder()
+    cleanup += [a.stop, b.stop]
+    A, B = address(a), address(b)
+    watch = Watch(tmp_path, A, B, "--every", "0.2", "--count", "2000", "--fail-on-loss")
+    cleanup.append(watch.stop)
+    # The first poll sees both recorders before any loss: whatever comes is new.
+    watch.wait_for("a first poll", lambda ls: len(rows(ls)) >= 2)
+    assert all(k == "row" and loss(m) == dict.fromkeys(CAUSES, 0) for k, m in rows(watch.lines)[:2])
+
+    sent = vdifrec.send(a.address, frames=5000, fps=2000, drop="1:10-29", **START)
+    assert sent["frames_sent"] == 4980
+    assert a.address is not None
+    d = delivered(a.address, 4980, lambda: a.stats().datagrams)
+    s = a.stats()
+    final = {"network": max(s.frames_lost - s.kernel_drops, 0), "kernel": s.kernel_drops,
+             "ring": s.ring_overflows, "malformed": s.datagrams_malformed}
+    watch.wait_for(f"{A}'s loss as the recorder counts it", lambda ls: loss(of(ls, A, "row")[-1]) == final)
+    assert watch.end(signal.SIGTERM) == 1
+    assert watch.err.read_text() == ""
+    lines = watch.lines
+
+    # The recorder's counts, by cause; its per-poll alerts add up to them.
+    last = loss(of(lines, A, "row")[-1])
+    assert last == final and sum(last.values()) > 0
+    alerts = re.findall(rf"!!! LOSS at {re.escape(A)}: (-?\d+) frames since the last poll \((.*)\) !!!", "\n".join(lines))
+    assert sum(int(n) for n, _ in alerts) == sum(last.values())
+    assert not any(f"LOSS at {B}" in ln for ln in lines)
+    assert all(loss(m) == dict.fromkeys(CAUSES, 0) for m in of(lines, B, "row"))
+    # The last line names the recorder, its frames and their causes; not the other.
+    detail = ", ".join(f"{k} {v}" for k, v in last.items() if v)
+    assert re.fullmatch(rf"\d\d:\d\d:\d\d !!! FAIL: new loss during the watch: {re.escape(A)} {sum(last.values())} frames "
+                        rf"\({detail}\) !!!", lines[-1]), lines[-1]
+    if d.kernel_drops == 0:
+        assert last == {"network": 20, "kernel": 0, "ring": 0, "malformed": 0}
+        assert alerts == [("20", "network 20")]
+        assert lines[-1].endswith(f"{A} 20 frames (network 20) !!!")
+
+
+def test_watch_fail_on_loss_exits_0_for_loss_from_before_the_watch(cleanup) -> None:
+    a, b = recorder(), recorder()
+    cleanup += [a.stop, b.stop]
+    assert a.address is not None
+    sent = vdifrec.send(a.address, frames=5000, fps=2000, drop="1:10-29", **START)
+    delivered(a.address, sent["frames_sent"], lambda: a.stats().datagrams)
+    assert a.stats().frames_lost >= 20  # counted before the watch begins: not new
+    dead = f"127.0.0.1:{free_tcp_port()}"
+    r = run_cli("watch", address(a), address(b), dead, "--every", "0.2", "--count", "3", "--fail-on-loss", timeout=TIMEOUT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stderr == ""
+    lines = r.stdout.splitlines()
+    # --count bounds the polls: three lines per recorder, in the order given.
+    seen = rows(lines)
+    assert [(k, m["address"]) for k, m in seen] == [("row", address(a)), ("row", address(b)), ("silent", dead)] * 3
+    assert all(sum(loss(m).values()) >= 20 for m in of(lines, address(a)))
+    assert lines[-1].endswith(f"no new loss during the watch (3 recorders, 3 polls); never answered: {dead}")
+
+
+def test_remote_statuses_reads_every_recorder_that_answers(cleanup) -> None:
+    a = recorder()
+    cleanup.append(a.stop)
+    assert a.address is not None
+    vdifrec.send(a.address, frames=100, fps=2000, **START)
+    delivered(a.address, 100, lambda: a.stats().datagrams)
+    dead = f"127.0.0.1:{free_tcp_port()}"
+    station = vdifrec.RemoteStatuses([address(a), dead])
+    assert repr(station) == f"RemoteStatuses({[address(a), dead]!r})"
+    assert station.remotes[address(a)].url == f"http://{address(a)}"
+
+    docs = station.status()
+    assert list(docs) == [address(a), dead]
+    doc = docs[address(a)]
+    assert isinstance(doc, dict) and doc["state"] == "recording"
+    assert isinstance(docs[dead], ConnectionError) and f"no status from http://{dead}/status" in str(docs[dead])
+    stats = station.stats()
+    local = stats[address(a)]
+    assert isinstance(local, vdifrec.Stats) and local.frames_received == a.stats().frames_received
+    assert isinstance(stats[dead], ConnectionError)
+    # One recorder, one RemoteStatus: unchanged, and raising for the dead one.
+    assert vdifrec.RemoteStatus(address(a)).stats().frames_received == local.frames_received
+    with pytest.raises(ConnectionError, match="no status"):
+        vdifrec.RemoteStatus(dead).status()
+
+    with pytest.raises(TypeError, match="list of urls"):
+        vdifrec.RemoteStatuses(address(a))
+    with pytest.raises(ValueError, match="same recorder"):
+        vdifrec.RemoteStatuses([address(a), f"http://{address(a)}/"])
+    with pytest.raises(ValueError, match="at least one"):
+        vdifrec.RemoteStatuses([])
+    with pytest.raises(ValueError, match="plain http"):
+        vdifrec.RemoteStatuses([address(a), "https://127.0.0.1:1"])
+
+
+class _NotARecorder(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"hello, this is no recorder\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_remote_statuses_a_hung_host_or_a_stranger_costs_its_timeout_not_the_call(cleanup) -> None:
+    a = recorder()
+    cleanup.append(a.stop)
+    # A host that takes connections (the kernel's backlog) and never answers.
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)
+    cleanup.append(hung.close)
+    stranger = http.server.HTTPServer(("127.0.0.1", 0), _NotARecorder)
+    threading.Thread(target=stranger.serve_forever, daemon=True).start()
+    cleanup += [stranger.server_close, stranger.shutdown]
+    H = "127.0.0.1:%d" % hung.getsockname()[1]
+    S = "127.0.0.1:%d" % stranger.server_address[1]
+
+    station = vdifrec.RemoteStatuses([H, address(a), S], timeout=0.5)
+    t0 = time.monotonic()
+    docs = station.status()
+    took = time.monotonic() - t0
+    doc = docs[address(a)]
+    assert isinstance(doc, dict) and doc["state"] == "waiting"
+    assert isinstance(docs[H], ConnectionError) and f"no status from http://{H}" in str(docs[H])
+    assert isinstance(docs[S], ConnectionError) and "not a JSON document" in str(docs[S])
+    # Bounded: twice the timeout and a second at most, whatever the hung host does.
+    assert took < 2 * 0.5 + 1.0 + 5.0  # (and a margin for a slow host's thread start)
+    with pytest.raises(ConnectionError, match="not a JSON document"):
+        vdifrec.RemoteStatus(S).status()
+    with pytest.raises(ConnectionError, match=f"no status from http://{H}"):
+        vdifrec.RemoteStatus(H, timeout=0.5).metrics()
+
+
+def test_readme_station_network_names_only_metrics_that_metrics_exports(cleanup) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### Many recorders, one view", 1)[1].split("\n## ", 1)[0]
+    yaml = pytest.importorskip("yaml")
+    (config,) = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", section, re.S)]
+    (job,) = config["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    recorders = [(c["targets"], c["labels"]["recorder"]) for c in job["static_configs"]]
+    assert len(recorders) >= 2 and all(len(t) == 1 and re.fullmatch(r"[\w.-]+:\d+", t[0]) for t, _ in recorders)
+    assert len({name for _, name in recorders}) == len(recorders)
+    # Every vdifrec_ name the section uses is one that a recorder receiving a stream exports.
+    a = recorder()
+    cleanup.append(a.stop)
+    assert a.address is not None
+    vdifrec.send(a.address, frames=100, fps=2000, **START)
+    delivered(a.address, 100, lambda: a.stats().datagrams)
+    exported = set(re.findall(r"^# TYPE (\S+) ", vdifrec.RemoteStatus(address(a)).metrics(), re.M))
+    named = set(re.findall(r"\bvdifrec_[a-z_]+\b", section))
+    assert named and named <= exported, sorted(named - exported)
