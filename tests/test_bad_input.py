@@ -76,6 +76,7 @@ VALID: dict[str, dict[str, tuple[str, ...]]] = {
     "spectrum": {"file": ("{sample}",), "--nfft": ("--nfft=64",)},
     "bstate": {"file": ("{sample}",)},
     "fringe": {"FILE": ("{sample}",), "--nfft": ("--nfft=64",)},
+    "fringe-test": {"FILE": ("{sample}", "{sample}"), "--nfft": ("--nfft=64",)},
     # Nobody listens on {tcp}.
     "watch": {"address": ("127.0.0.1:{tcp}",), "--count": ("--count=1",)},
     "doctor": {"--quick": ("--quick",), "--path": ("--path={tmp}",)},
@@ -133,6 +134,8 @@ def _cases() -> list[Case]:
     flag("generate", "--seed", {"abc": WHOLE})
     flag("generate", "--seed", {"-1": "18446744073709551615"})
     flag("generate", "--seed", {"18446744073709551616": "9223372036854775807"})
+    flag("generate", "--sky-seed", {"abc": WHOLE})
+    flag("generate", "--sky-seed", {"-1": "18446744073709551615"})
     flag("generate", "--correlation", {"1.5": "0 to 1", "-0.1": "0 to 1", "nan": "finite"})
     flag("generate", "--delay", {"abc": WHOLE})
     flag("generate", "--delay", {"-1": "give"})
@@ -282,6 +285,7 @@ def _cases() -> list[Case]:
     flag("send", "--start-second", {"abc": WHOLE})
     flag("send", "--start-second", {"1073741824": "1073741823"})
     flag("send", "--seed", {"abc": WHOLE})
+    flag("send", "--sky-seed", {"abc": WHOLE})
     flag("send", "--drop", {"bogus": "S:A-B", "3:9-1": "A <= B", "every:0": "positive N"})
     flag("send", "--drop", {"": "S:A-B"})
     flag("send", "--reorder", {"0": r"1\.\.", "abc": WHOLE})
@@ -326,6 +330,22 @@ def _cases() -> list[Case]:
     flag("fringe", "--nint", {"0": ABOVE_0, "-1": ABOVE_0})
     flag("fringe", "--plot", {"": EMPTY, f"{nodir}/x.png": "existing folder", "{tmp}/x.xyz": r"\.png"})
     flag("fringe", "--sample-rate", {"0": ABOVE_0, "1MHz": ABOVE_0})
+    flag("fringe", "--max-delay", {"-1": ">= 0", "abc": ">= 0", "1.5": ">= 0"})
+    flag("fringe", "--snr-threshold", {"0": ABOVE_0, "-3": ABOVE_0, "abc": ABOVE_0})
+    c("fringe-test", "FILE", "", "{sample}", allowed=EMPTY)
+    c("fringe-test", "FILE", "{tmp}/nope.vdif", "{sample}", allowed="No such file", names="{tmp}/nope.vdif")
+    c("fringe-test", "FILE", "{sample}", allowed="two or more")
+    flag("fringe-test", "--names", {"A": "different names", "A,A": "different names", "A,": "different names"})
+    flag("fringe-test", "--seconds", {"0": ABOVE_0, "-1": ABOVE_0})
+    flag("fringe-test", "--nfft", {"0": ABOVE_0, "1": ">= 2"})
+    flag("fringe-test", "--channels", {"abc": "'I,J", "9": r"0\.\.3"})
+    flag("fringe-test", "--clock-offset", {"Ku": "STATION=SECONDS", "Ku=abc": "STATION=SECONDS", "Kq=1": "not one of the stations"})
+    flag("fringe-test", "--stretches", {"0": ABOVE_0})
+    flag("fringe-test", "--scheduler", {"127.0.0.1:{tcp}": "no Dask scheduler answers"})
+    flag("fringe-test", "--sample-rate", {"0": ABOVE_0})
+    flag("fringe-test", "--plot", {"": EMPTY, "{tmp}/x.xyz": r"\.png"})
+    flag("fringe-test", "--max-delay", {"-1": ">= 0"})
+    flag("fringe-test", "--snr-threshold", {"0": ABOVE_0})
 
     # -- watch: the address's form is checked; whether anyone answers is what watch reports
     for address in ("", "nonsense", "127.0.0.1:99999", "127.0.0.1:abc", "127.0.0.1:-1", "127.0.0.1:0"):

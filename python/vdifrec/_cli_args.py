@@ -131,7 +131,10 @@ def add_signal_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--station", help=f"station: a two-character code such as Kv, or a 16-bit number (default {d['station']})")
     p.add_argument("--ref-epoch", type=integer, help="reference epoch, half-years since 2000 (default: now)")
     p.add_argument("--start-second", type=integer, help="VDIF seconds of the first frame (default: now)")
-    p.add_argument("--seed", type=integer, help=f"random seed (default {d['seed']})")
+    p.add_argument("--seed", type=integer, help=f"random seed of this station's own noise (default {d['seed']})")
+    p.add_argument("--sky-seed", type=integer,
+                   help="seed of a sky shared by several stations: the common noise (--correlation) becomes a function "
+                        "of time, the same in every file made with this sky seed, seen --delay samples late")
 
 
 @contextmanager

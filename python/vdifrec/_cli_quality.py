@@ -10,7 +10,7 @@ from typing import Any
 
 from . import _core
 from ._cli_args import OptionError, UsageError, os_error, output, path, positive
-from .quality import bstate, fringe, spectrum
+from .quality import DEFAULT_SNR_THRESHOLD, Fringe, bstate, fringe, spectrum
 from .reader import Reader
 from .reader import open as open_reader
 
@@ -67,8 +67,37 @@ def add_quality(sub: Any) -> None:
     p.add_argument("--nfft", type=positive(int), default=1024, help="spectral channels (lags: 2 nfft)")
     p.add_argument("--nint", type=positive(int), default=None, help="FFTs to integrate (default: all)")
     p.add_argument("--plot", type=figure, default=None, help="write the lag amplitude figure here (.png)")
+    add_search_arguments(p)
     _common(p)
     p.set_defaults(func=run_fringe)
+
+
+def add_search_arguments(p: argparse.ArgumentParser) -> None:
+    """How a fringe is searched and judged, as `fringe` and `fringe-test` take it."""
+    p.add_argument("--max-delay", type=nonnegative_int, default=None, metavar="SAMPLES",
+                   help="search delays up to this many samples either way (default: the whole lag function)")
+    p.add_argument("--snr-threshold", type=positive(), default=DEFAULT_SNR_THRESHOLD,
+                   help=f"SNR at which a fringe counts as detected (default {DEFAULT_SNR_THRESHOLD:g})")
+    p.add_argument("--keep-tones", action="store_true",
+                   help="keep the spectral channels holding tones (left out by default: a tone common to "
+                        "both inputs fakes a flat lag function)")
+
+
+def nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of samples >= 0, got {text!r}")
+    return value
+
+
+def verdict(f: Fringe) -> str:
+    """The detection said plainly, for the operator's eye."""
+    if f.detected:
+        return f"FRINGE DETECTED (SNR {f.snr:.1f} >= {f.snr_threshold:g})"
+    return f"no fringe (SNR {f.snr:.1f} < {f.snr_threshold:g})"
 
 
 def run_spectrum(a: argparse.Namespace) -> int:
@@ -133,17 +162,20 @@ def run_fringe(a: argparse.Namespace) -> int:
     if fb is None and len(fa.thread_ids) * fa.header0.nchan < 2:
         raise UsageError(f"{a.files[0]} has one input: give a second file to correlate with")
     try:
-        f = fringe(fa, fb, nfft=a.nfft, pair=(pair[0], pair[1]), nint=a.nint)
+        f = fringe(fa, fb, nfft=a.nfft, pair=(pair[0], pair[1]), nint=a.nint, exclude_tones=not a.keep_tones,
+                   max_delay=a.max_delay, snr_threshold=a.snr_threshold)
     except ValueError as exc:
         raise OptionError(str(exc)) from None
     if a.json:
         print(json.dumps(f.to_dict()))
     else:
         delay = f"{f.delay * 1e9:.3f} ns" if f.delay is not None else "?"
+        tones = f", {len(f.excluded_channels)} channel(s) with tones left out" if len(f.excluded_channels) else ""
         print(
             f"fringe: delay {f.delay_samples} samples ({delay}), amplitude {f.amplitude:.5f}, "
-            f"phase {math.degrees(f.phase):.2f} deg, SNR {f.snr:.1f}, {f.nint} FFTs of {2 * a.nfft} samples"
+            f"phase {math.degrees(f.phase):.2f} deg, SNR {f.snr:.1f}, {f.nint} FFTs of {f.lags.size} samples{tones}"
         )
+        print(verdict(f))
     if a.plot:
         f.plot(a.plot, title=f"fringe {' x '.join(a.files)} ({text})")
     return 0

@@ -34,6 +34,7 @@ __all__ = [
     "expand_disks",
     "disk_write_test",
     "find_tones",
+    "fringe_of_parts",
     "gather",
     "generate",
     "parse_size_arg",
@@ -128,6 +129,7 @@ class SignalOptions(TypedDict, total=False):
     correlation: float
     delay: int
     seed: int
+    sky_seed: int | None
     station: int | str
     edv: int
     ref_epoch: int | None
@@ -249,22 +251,30 @@ class CrossAccumulator:
         b_row: int,
         n_samples: int,
     ) -> int: ...
-    def fringe(
-        self,
-    ) -> tuple[
-        int,
-        float,
-        float,
-        float,
-        npt.NDArray[np.int64],
-        npt.NDArray[np.float64],
-        npt.NDArray[np.float64],
-        int,
-    ]: ...
+    def fringe(self, exclude_tones: bool = False, max_lag: int | None = None) -> _Fringe: ...
 
 _Fringe = tuple[
-    int, float, float, float, npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64], int
+    int,
+    float,
+    float,
+    float,
+    npt.NDArray[np.int64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    int,
+    float,
+    list[int],
 ]
+"""(delay_samples, amplitude, phase, snr, lags, lag_amplitude, cross spectrum re/im (n, 2), FFTs,
+fringe rate in turns per stretch, spectral channels left out as tones (ascending frequency))."""
+
+_Sums = tuple[npt.NDArray[np.complex128], npt.NDArray[np.float64], npt.NDArray[np.float64], int]
+"""One stretch of a fringe search: cross spectrum, power of a, power of b (FFT order), FFTs."""
+
+def fringe_of_parts(
+    parts: list[_Sums], complex: bool, exclude_tones: bool = False, max_lag: int | None = None
+) -> _Fringe:
+    """The fringe in stretches of time (in time order), searched over delay and fringe rate."""
 
 def find_tones(power: npt.NDArray[np.float64], threshold: float) -> list[tuple[float, float]]: ...
 def spectrum_frames(
@@ -272,7 +282,14 @@ def spectrum_frames(
 ) -> tuple[npt.NDArray[np.float64], int, list[int]]:
     """Spectra of whole frames: (power (inputs, nfft), FFTs averaged, thread ids)."""
 def cross_frames(
-    a: npt.NDArray[np.uint8], b: npt.NDArray[np.uint8] | None, ia: int, ib: int, nfft: int, nint: int | None = None
+    a: npt.NDArray[np.uint8],
+    b: npt.NDArray[np.uint8] | None,
+    ia: int,
+    ib: int,
+    nfft: int,
+    nint: int | None = None,
+    exclude_tones: bool = False,
+    max_lag: int | None = None,
 ) -> _Fringe:
     """Fringe between input ``ia`` of frames ``a`` and input ``ib`` of ``b`` (or of ``a``)."""
 def bit_states(
@@ -421,8 +438,21 @@ class FileReader:
     def read_into(self, start: int, count: int, out: npt.NDArray[np.float32]) -> None: ...
     def spectrum(self, nfft: int, start: int = 0, nint: int | None = None) -> tuple[npt.NDArray[np.float64], int]: ...
     def cross(
-        self, other: FileReader | None, ia: int, ib: int, nfft: int, start: int = 0, nint: int | None = None
-    ) -> tuple[int, float, float, float, npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64], int]: ...
+        self,
+        other: FileReader | None,
+        ia: int,
+        ib: int,
+        nfft: int,
+        start: int = 0,
+        nint: int | None = None,
+        exclude_tones: bool = False,
+        max_lag: int | None = None,
+    ) -> _Fringe: ...
+    def cross_sums(
+        self, other: FileReader, ia: int, ib: int, nfft: int, start_a: int, start_b: int, nint: int | None = None
+    ) -> _Sums:
+        """Input ``ia`` of this file from sample ``start_a`` against input ``ib`` of ``other``
+        from ``start_b``, over at most ``nint`` FFTs: one stretch of a fringe search."""
     def frame_parts(self) -> list[npt.NDArray[np.uint8]]:
         """Each part's whole frames (one part for a file; chunks or blocks for a scan) as
         read-only (n_frames, frame_size) uint8 arrays over the memory maps themselves."""

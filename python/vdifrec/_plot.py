@@ -72,7 +72,8 @@ def plot_fringe(f: Fringe, path: str | None = None, title: str | None = None) ->
     label = f"lag {f.delay_samples} samples"
     if f.delay is not None:
         label += f" = {f.delay * 1e9:.3f} ns"
-    ax.annotate(f"{label}\namplitude {f.amplitude:.4f}, phase {np.degrees(f.phase):.1f}°, SNR {f.snr:.1f}",
+    said = "fringe detected" if f.detected else "no fringe"
+    ax.annotate(f"{label}\namplitude {f.amplitude:.4f}, phase {np.degrees(f.phase):.1f}°, SNR {f.snr:.1f}: {said}",
                 (f.delay_samples, float(f.lag_amplitude.max())), xytext=(8, -28), textcoords="offset points",
                 fontsize=8, color="tab:red")
     ax.set_xlabel("lag (samples)")

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _cli_doctor, _cli_monitor, _cli_quality, _cli_record, _cli_scans, _cli_serve, _cli_watch, _core
+from . import _cli_doctor, _cli_fringe_test, _cli_monitor, _cli_quality, _cli_record, _cli_scans, _cli_serve, _cli_watch, _core
 from ._cli_args import (
     DEFAULTS,
     OptionError,
@@ -198,6 +198,7 @@ _COMMANDS: list[Callable[[Any], None]] = [
     _cli_serve.add_vsi,
     _cli_monitor.add_monitor,
     _cli_quality.add_quality,
+    _cli_fringe_test.add_fringe_test,
     _cli_watch.add_watch,
     _cli_doctor.add_doctor,
     _cli_record.add_demo,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import os
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,19 +24,18 @@ try:
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("vdifrec.dask needs Dask: pip install 'vdifrec[dask]' (dask[array], distributed, pandas)") from exc
 
+from ._dask_fringe import fringe_test
+from ._dask_tasks import Hosts, _count, _host_table, _placed, _reader, files_read
 from .files import check as check_file
 from .quality import _LEVELS, BitStats, Spectrum, _expected_fractions, _frame_states, _freq, _need_one_fft, _segment
 from .quality import find_tones as find_tones_of
-from .reader import Reader
 from .reader import open as open_reader
 
-__all__ = ["bstate", "open", "session", "spectrum"]
+__all__ = ["bstate", "check", "files_read", "fringe_test", "open", "session", "spectrum"]
 
 #: Frame sets per chunk when none is asked for: a few MB of samples per chunk at the
 #: reference rate (8192-byte payloads, 4 channels x 2 bits: 4096 samples a frame).
 DEFAULT_CHUNK_FRAMES = 512
-#: Readers a worker thread keeps open (the oldest is closed first).
-MAX_OPEN_READERS = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,23 +45,6 @@ class _Part:
     path: str
     samples: int
     start: _dt.datetime
-
-
-#: Readers kept open in each worker thread (a reader has a position, so threads do not share
-#: one), so that a file is mapped and its rate learned once, not once per chunk.
-_readers = threading.local()
-
-
-def _reader(path: str, open_kwargs: dict[str, Any]) -> Reader:
-    cache: dict[Any, Reader] = getattr(_readers, "cache", None) or {}
-    _readers.cache = cache
-    key = (path, repr(sorted(open_kwargs.items())))
-    fh = cache.get(key)
-    if fh is None:
-        if len(cache) >= MAX_OPEN_READERS:
-            cache.pop(next(iter(cache))).close()
-        fh = cache[key] = open_reader(path, **open_kwargs)
-    return fh
 
 
 def _read(path: str, open_kwargs: dict[str, Any], start: int, count: int) -> npt.NDArray[Any]:
@@ -105,6 +86,7 @@ def _names(paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[s
 def open(  # noqa: A001 - as vdifrec.open
     paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     chunk_frames: int | None = None,
+    hosts: Hosts | None = None,
     **open_kwargs: Any,
 ) -> da.Array:
     """A lazy Dask array of one stream's samples, shaped exactly as ``vdifrec.open(...).read()``.
@@ -118,6 +100,9 @@ def open(  # noqa: A001 - as vdifrec.open
     chunk_frames : int, optional
         Frame sets per chunk (default 512). Chunks hold whole frames, so no frame is decoded
         twice; a file's last chunk may be shorter, and chunks never span two files.
+    hosts : mapping, optional
+        ``{path or scan: host}``: each file's chunks prefer the workers on its host (see
+        :func:`spectrum`).
     **open_kwargs
         Passed to :func:`vdifrec.open` in the client and in every worker: ``sample_rate``,
         ``disks``, ``format``, ``squeeze``.
@@ -151,12 +136,14 @@ def open(  # noqa: A001 - as vdifrec.open
     assert shape is not None and dtype is not None
     parts.sort(key=lambda p: p.start)
     step = int(chunk_frames * spf)
+    table = _host_table(hosts)
     blocks = []
     for p in parts:
-        for start in range(0, p.samples, step):
-            count = min(step, p.samples - start)
-            task = delayed(_read, pure=True)(p.path, open_kwargs, start, count)
-            blocks.append(da.from_delayed(task, shape=(count, *shape), dtype=dtype))
+        with _placed(table, p.path):
+            for start in range(0, p.samples, step):
+                count = min(step, p.samples - start)
+                task = delayed(_read, pure=True)(p.path, open_kwargs, start, count)
+                blocks.append(da.from_delayed(task, shape=(count, *shape), dtype=dtype))
     if blocks:
         array = da.concatenate(blocks, axis=0)
     else:
@@ -182,6 +169,7 @@ def spectrum(
     paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     nfft: int = 1024,
     chunk_ffts: int | None = None,
+    hosts: Hosts | None = None,
     **open_kwargs: Any,
 ) -> list[Spectrum]:
     """The averaged power spectra of each file or scan (as :func:`vdifrec.spectrum` of
@@ -197,6 +185,11 @@ def spectrum(
         Spectral channels (FFTs of ``2 nfft`` real or ``nfft`` complex samples).
     chunk_ffts : int, optional
         FFTs per task (default 4096).
+    hosts : mapping, optional
+        ``{path or scan: host}``, where each file lies. Its tasks prefer the workers on that
+        host: those started with a resource named after it (``dask worker SCHEDULER
+        --resources "rec1=1"`` on the recorder ``rec1``), else those whose address is on it.
+        They run elsewhere only when no such worker can (the data then cross the network).
     **open_kwargs
         Passed to :func:`vdifrec.open`: ``sample_rate``, ``disks``, ``format``.
     """
@@ -204,9 +197,10 @@ def spectrum(
         raise ValueError(f"nfft must be a positive whole number of spectral channels, got {nfft!r}")
     chunk_ffts = _whole("chunk_ffts", chunk_ffts, DEFAULT_CHUNK_FFTS, "FFTs")
     names = _names(paths_or_scans)
+    table = _host_table(hosts)
     plans = []
     for name in names:
-        with open_reader(name, **open_kwargs) as fh:
+        with open_reader(name, **open_kwargs) as fh, _placed(table, name):
             cplx = fh.complex_data
             _need_one_fft(fh.shape[0], nfft, cplx, "channel")
             seg = _segment(nfft, cplx)
@@ -236,22 +230,26 @@ def _bstate_part(path: str, open_kwargs: dict[str, Any], part: int, lo: int, hi:
 def bstate(
     paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     chunk_frames: int | None = None,
+    hosts: Hosts | None = None,
     **open_kwargs: Any,
 ) -> list[BitStats]:
     """The quantisation-state statistics of each file or scan (as :func:`vdifrec.bstate` of
     ``vdifrec.open(path)``: the same counts), counted as map-reduce over runs of whole frames
-    (``chunk_frames``, default 4096 a task) on the current Dask scheduler."""
+    (``chunk_frames``, default 4096 a task) on the current Dask scheduler; ``hosts`` as for
+    :func:`spectrum`."""
     chunk_frames = _whole("chunk_frames", chunk_frames, 8 * DEFAULT_CHUNK_FRAMES, "frames")
     names = _names(paths_or_scans)
+    table = _host_table(hosts)
     plans = []
     for name in names:
         with open_reader(name, **open_kwargs) as fh:
             sizes = [len(p) for p in fh.frame_parts]
-        plans.append([
-            delayed(_bstate_part, pure=True)(name, open_kwargs, k, lo, min(lo + chunk_frames, n))
-            for k, n in enumerate(sizes)
-            for lo in range(0, n, chunk_frames)
-        ])
+        with _placed(table, name):
+            plans.append([
+                delayed(_bstate_part, pure=True)(name, open_kwargs, k, lo, min(lo + chunk_frames, n))
+                for k, n in enumerate(sizes)
+                for lo in range(0, n, chunk_frames)
+            ])
     out = []
     for parts in _compute_per_file(plans):
         by_thread: dict[int, npt.NDArray[np.int64]] = {}
@@ -269,27 +267,48 @@ def bstate(
 
 def _check_one(path: str, open_kwargs: dict[str, Any]) -> dict[str, Any]:
     """In the worker: vdifrec's one-pass check of one file or scan."""
+    _count(path)
     kw = {k: v for k, v in open_kwargs.items() if k in ("disks", "format")}
     return check_file(path, **kw)
+
+
+def check(
+    paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    hosts: Hosts | None = None,
+    **open_kwargs: Any,
+) -> list[dict[str, Any]]:
+    """:func:`vdifrec.check` of each file or scan (``disks=``, ``format=`` pass through), a
+    task each on the current Dask scheduler, in the order given; ``hosts`` as for
+    :func:`spectrum`."""
+    from dask.base import compute
+
+    names = _names(paths_or_scans)
+    table = _host_table(hosts)
+    tasks = []
+    for name in names:
+        with _placed(table, name):
+            tasks.append(delayed(_check_one, pure=True)(name, open_kwargs))
+    return list(compute(*tasks))
 
 
 def session(
     paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     nfft: int = 1024,
+    hosts: Hosts | None = None,
     **open_kwargs: Any,
 ) -> Any:
     """One row per file or scan, for a session's check before correlation: ``path``,
     ``frames``, ``lost``, ``clean`` (from the one-pass check, a task per file), ``tones`` (the
     strongest tone per thread and channel, ``[(thread, channel, Hz, power ratio), ...]``) and
     ``bstate_deviation`` (the largest difference, over threads, channels and states, between
-    the measured state fractions and those of Gaussian noise). A pandas DataFrame."""
+    the measured state fractions and those of Gaussian noise). A pandas DataFrame; ``hosts``
+    as for :func:`spectrum`."""
     import pandas as pd
-    from dask.base import compute
 
     names = _names(paths_or_scans)
-    checks = compute(*[delayed(_check_one, pure=True)(n, open_kwargs) for n in names])
-    spectra = spectrum(names, nfft=nfft, **open_kwargs)
-    states = bstate(names, **open_kwargs)
+    checks = check(names, hosts=hosts, **open_kwargs)
+    spectra = spectrum(names, nfft=nfft, hosts=hosts, **open_kwargs)
+    states = bstate(names, hosts=hosts, **open_kwargs)
     rows = []
     for name, c, s, b in zip(names, checks, spectra, states):
         strongest: dict[tuple[int, int], Any] = {}

@@ -94,7 +94,12 @@ def generate(
         Correlation of a noise component common to all inputs (channel ``c`` of thread ``t`` is
         input ``t * nchan + c``), lagged by ``delay`` samples per input.
     seed : int
-        Random seed (same seed, same bytes).
+        Random seed (same seed, same bytes): with ``sky_seed``, the station's own noise.
+    sky_seed : int, optional
+        A sky shared by several "stations": the common noise becomes a function of time alone,
+        the same at the same VDIF time in every file made with this sky seed, whatever its
+        start; each input of this station sees it ``delay`` samples late. Two stations with
+        ``correlation`` ρa and ρb then correlate by sqrt(ρa ρb) at the difference of their delays.
     ref_epoch, start_second : int, optional
         Time of the first frame; now by default.
 

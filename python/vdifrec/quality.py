@@ -129,8 +129,11 @@ class Fringe:
     ``delay`` (seconds) and ``delay_samples``: how far b lags a (b[n] ≈ a[n − delay_samples]);
     ``amplitude``: normalised correlation coefficient at the peak (quantisation lowers it:
     2-bit data show about 0.88 of the analogue value); ``phase`` in radians; ``snr``: peak
-    over the rms of the lag function elsewhere; ``lags`` and ``lag_amplitude`` the lag
-    function; ``cross_spectrum`` the normalised cross spectrum at ``freq`` (Hz).
+    over the rms of the lag function elsewhere; ``detected``: ``snr >= snr_threshold``;
+    ``lags`` and ``lag_amplitude`` the lag function; ``cross_spectrum`` the normalised cross
+    spectrum at ``freq`` (Hz); ``excluded_channels``: spectral channels (indices into
+    ``freq``) left out because a tone stood in them; ``fringe_rate`` (Hz, turns of the phase
+    per second) when the search was over stretches of time, else None.
     """
 
     delay: float | None
@@ -144,6 +147,10 @@ class Fringe:
     freq: npt.NDArray[np.float64]
     nint: int
     sample_rate: float | None
+    detected: bool
+    snr_threshold: float
+    excluded_channels: npt.NDArray[np.int64]
+    fringe_rate: float | None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -152,6 +159,10 @@ class Fringe:
             "amplitude": self.amplitude,
             "phase": self.phase,
             "snr": self.snr,
+            "detected": self.detected,
+            "snr_threshold": self.snr_threshold,
+            "fringe_rate": self.fringe_rate,
+            "excluded_channels": self.excluded_channels.tolist(),
             "nint": self.nint,
             "sample_rate": self.sample_rate,
             "lags": self.lags.tolist(),
@@ -365,6 +376,49 @@ def bstate(x: Any, bits: int | None = None) -> BitStats:
     return BitStats(b, levels, counts, fractions, _expected_fractions(b, levels), threads)
 
 
+#: The SNR at which a fringe counts as detected: noise alone stays far below it (the lag
+#: function's peak over its rms exceeds 7 by chance with odds of about e^-49 per lag).
+DEFAULT_SNR_THRESHOLD = 7.0
+
+
+def _search_options(max_delay: Any, snr_threshold: Any) -> tuple[int | None, float]:
+    """``max_delay`` (samples) and ``snr_threshold`` checked, as the fringe search takes them."""
+    if max_delay is not None and (isinstance(max_delay, bool) or not isinstance(max_delay, int) or max_delay < 0):
+        raise ValueError(f"max_delay: {max_delay!r} - give the largest |delay| to search, a whole number of samples >= 0")
+    if isinstance(snr_threshold, bool) or not isinstance(snr_threshold, (int, float)) or not snr_threshold > 0:
+        raise ValueError(f"snr_threshold: {snr_threshold!r} - give a positive number (default {DEFAULT_SNR_THRESHOLD:g})")
+    return max_delay, float(snr_threshold)
+
+
+def _fringe_of(
+    result: _core._Fringe,
+    nfft: int,
+    cplx: bool,
+    rate: float | None,
+    snr_threshold: float,
+    stretch_seconds: float | None = None,
+) -> Fringe:
+    """A Fringe from the engine's result; ``stretch_seconds`` turns a rate per stretch into Hz."""
+    delay_samples, amplitude, phase, snr, lags, lag_amp, cross, segments, rate_per_part, excluded = result
+    return Fringe(
+        delay=(delay_samples / rate) if rate else None,
+        delay_samples=int(delay_samples),
+        amplitude=float(amplitude),
+        phase=float(phase),
+        snr=float(snr),
+        lags=lags,
+        lag_amplitude=lag_amp,
+        cross_spectrum=cross[:, 0] + 1j * cross[:, 1],
+        freq=_freq(nfft, cplx, rate),
+        nint=int(segments),
+        sample_rate=rate,
+        detected=bool(snr >= snr_threshold),
+        snr_threshold=snr_threshold,
+        excluded_channels=np.asarray(excluded, dtype=np.int64),
+        fringe_rate=(rate_per_part / stretch_seconds) if stretch_seconds else None,
+    )
+
+
 def fringe(
     a: Any,
     b: Any = None,
@@ -372,16 +426,26 @@ def fringe(
     sample_rate: Any = None,
     pair: tuple[int, int] | None = None,
     nint: int | None = None,
+    exclude_tones: bool = True,
+    max_delay: int | None = None,
+    snr_threshold: float = DEFAULT_SNR_THRESHOLD,
 ) -> Fringe:
-    """Cross-correlates two streams and finds the fringe (delay, amplitude, phase, SNR).
+    """Cross-correlates two streams and finds the fringe (delay, amplitude, phase, SNR) and
+    says whether it is one (``detected``: SNR at or above ``snr_threshold``).
 
     ``a`` and ``b``: two sample sources (input ``pair[0]`` of a against input ``pair[1]`` of
     b, default (0, 0); an input is channel ``c`` of thread ``t`` at ``t * nchan + c``), or
     ``b=None`` for two inputs of the one source ``a`` (default (0, 1): two channels or two
     threads of a file or view).
+
+    ``exclude_tones`` (default True) leaves out the spectral channels where either input's
+    spectrum holds a tone (phase-cal, test tones): a tone common to both would otherwise make
+    a flat lag function with a false peak. ``max_delay`` (samples) bounds the delays searched.
     """
     if not isinstance(nfft, int) or nfft < 2:
         raise ValueError(f"nfft: {nfft!r} is not a number of spectral channels: give a whole number >= 2")
+    max_delay, snr_threshold = _search_options(max_delay, snr_threshold)
+    tones_out = bool(exclude_tones)
     i, j = pair if pair is not None else ((0, 1) if b is None else (0, 0))
     cplx = _is_complex(a)
     kind = _kind(a)
@@ -409,7 +473,8 @@ def fringe(
     if kind == "reader":
         samples = min(x.shape[0] - x.tell() for x in ((a,) if b is None else (a, b)))
         _need_one_fft(samples, nfft, cplx, "input")
-        result = a._core.cross(None if b is None else b._core, i, j, nfft, a.tell(), _at_most(nint, samples, nfft, cplx))
+        result = a._core.cross(None if b is None else b._core, i, j, nfft, a.tell(), _at_most(nint, samples, nfft, cplx),
+                               exclude_tones=tones_out, max_lag=max_delay)
         rate = sr or a.sample_rate
     elif kind == "frames":
         fa = _frames(a)
@@ -418,7 +483,8 @@ def fringe(
         samples = min(len(f) * _core.Header.from_bytes(bytes(f[0, :32]), verify=False).samples_per_frame
                       for f in ((fa,) if fb is None else (fa, fb)))
         _need_one_fft(samples, nfft, cplx, "input")
-        result = _core.cross_frames(fa, fb, i, j, nfft, _at_most(nint, samples, nfft, cplx))
+        result = _core.cross_frames(fa, fb, i, j, nfft, _at_most(nint, samples, nfft, cplx),
+                                    exclude_tones=tones_out, max_lag=max_delay)
         rate = sr or _frames_rate(fa)
     else:
         flat_a, na, ta, ca, _ = _samples(a)
@@ -430,19 +496,6 @@ def fringe(
         if nint is not None:
             n = min(n, nint * acc.segment_len)
         acc.add(flat_a, i * vals, ta * ca * vals, flat_b, j * vals, tb * cb * vals, n)
-        result = acc.fringe()
+        result = acc.fringe(exclude_tones=tones_out, max_lag=max_delay)
         rate = sr
-    delay_samples, amplitude, phase, snr, lags, lag_amp, cross, segments = result
-    return Fringe(
-        delay=(delay_samples / rate) if rate else None,
-        delay_samples=int(delay_samples),
-        amplitude=float(amplitude),
-        phase=float(phase),
-        snr=float(snr),
-        lags=lags,
-        lag_amplitude=lag_amp,
-        cross_spectrum=cross[:, 0] + 1j * cross[:, 1],
-        freq=_freq(nfft, cplx, rate),
-        nint=int(segments),
-        sample_rate=rate,
-    )
+    return _fringe_of(result, nfft, cplx, rate, snr_threshold)

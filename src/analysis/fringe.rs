@@ -1,35 +1,37 @@
-//! Fringes: the cross-correlation of two inputs (FX: cross spectrum over the FFTs, then the
-//! lag function), its peak lag, amplitude, phase and SNR.
+//! Fringes: the cross-correlation of two inputs (FX). This module sums the cross spectrum and
+//! both autospectra over FFTs; `fringe_search` turns such sums into the lag function and its
+//! peak (delay, amplitude, phase, SNR).
 
+pub use crate::analysis::fringe_search::Fringe;
+use crate::analysis::fringe_search::{fringe_search, Search};
 use crate::analysis::spectrum::{parallel, FrameLayout, FrameSource, Plans, SpectrumError, Work};
 use realfft::num_complex::Complex;
-use rustfft::FftPlanner;
-use serde::Serialize;
 
 /// Cross-correlation of two streams: cross spectrum and autospectra, summed over FFTs.
 pub struct CrossAccumulator {
     nfft: usize,
     complex: bool,
     plans: Plans,
-    cross: Vec<Complex<f64>>,
-    power_a: Vec<f64>,
-    power_b: Vec<f64>,
-    segments: u64,
+    sums: CrossSums,
 }
 
-/// A worker's share of the cross and auto spectra.
-struct CrossSums {
-    cross: Vec<Complex<f64>>,
-    pa: Vec<f64>,
-    pb: Vec<f64>,
+/// The cross spectrum (a × conj(b)) and both autospectra summed over `segments` FFTs, per
+/// spectral channel in the FFT's order. Sums of two stretches of time add.
+#[derive(Clone, Debug)]
+pub struct CrossSums {
+    pub cross: Vec<Complex<f64>>,
+    pub pa: Vec<f64>,
+    pub pb: Vec<f64>,
+    pub segments: u64,
 }
 
 impl CrossSums {
-    fn new(nfft: usize) -> CrossSums {
+    pub fn new(nfft: usize) -> CrossSums {
         CrossSums {
             cross: vec![Complex::default(); nfft],
             pa: vec![0.0; nfft],
             pb: vec![0.0; nfft],
+            segments: 0,
         }
     }
 
@@ -41,12 +43,42 @@ impl CrossSums {
             self.pa[k] += x.norm_sqr() as f64;
             self.pb[k] += y.norm_sqr() as f64;
         }
+        self.segments += 1;
+    }
+
+    fn merge(&mut self, p: &CrossSums) {
+        for k in 0..self.cross.len() {
+            self.cross[k] += p.cross[k];
+            self.pa[k] += p.pa[k];
+            self.pb[k] += p.pb[k];
+        }
+        self.segments += p.segments;
     }
 }
 
-/// The fringe between input `ia` of `a` and input `ib` of `b` (or of `a` itself), each a
-/// frame source and the header that lays its frames out, from sample `start`, over at most
-/// `nint` FFTs.
+/// The cross and auto spectra of input `ia` of `a` from sample `start.0` and input `ib` of
+/// `b` from sample `start.1` (or of `a` itself, both from `start.0`), each source with the
+/// header that lays its frames out, over at most `nint` FFTs.
+#[allow(clippy::too_many_arguments)]
+pub fn cross_sums_of(
+    a: (&dyn FrameSource, &crate::vdif::Header),
+    b: Option<(&dyn FrameSource, &crate::vdif::Header)>,
+    ia: usize,
+    ib: usize,
+    nfft: usize,
+    start: (usize, usize),
+    nint: Option<u64>,
+) -> Result<CrossAccumulator, SpectrumError> {
+    let la = FrameLayout::of(a.1)?;
+    let lb = b.map(|(_, h)| FrameLayout::of(h)).transpose()?;
+    let mut acc = CrossAccumulator::new(nfft, la.complex)?;
+    let other = b.zip(lb.as_ref()).map(|((src, _), l)| (src, l, ib));
+    acc.add_frames((a.0, &la, ia), other, ib, start, nint);
+    Ok(acc)
+}
+
+/// The fringe between input `ia` of `a` and input `ib` of `b` (or of `a` itself), from
+/// sample `start` of each, over at most `nint` FFTs.
 #[allow(clippy::too_many_arguments)]
 pub fn fringe_of(
     a: (&dyn FrameSource, &crate::vdif::Header),
@@ -56,33 +88,9 @@ pub fn fringe_of(
     nfft: usize,
     start: usize,
     nint: Option<u64>,
+    search: &Search,
 ) -> Result<Fringe, SpectrumError> {
-    let la = FrameLayout::of(a.1)?;
-    let lb = b.map(|(_, h)| FrameLayout::of(h)).transpose()?;
-    let mut acc = CrossAccumulator::new(nfft, la.complex)?;
-    let other = b.zip(lb.as_ref()).map(|((src, _), l)| (src, l, ib));
-    acc.add_frames((a.0, &la, ia), other, ib, start, nint);
-    acc.fringe()
-}
-
-/// The result of a fringe search.
-#[derive(Clone, Debug, Serialize)]
-pub struct Fringe {
-    /// Lag of b behind a at the peak, in samples (b[n] ≈ a[n − delay_samples]).
-    pub delay_samples: i64,
-    /// Normalised correlation coefficient at the peak, corrected for the part of each FFT
-    /// segment that the lag pushes out of it.
-    pub amplitude: f64,
-    /// Phase of the complex lag function at the peak, radians.
-    pub phase: f64,
-    /// Peak amplitude over the rms of the lag function away from the peak.
-    pub snr: f64,
-    /// Lags −nfft..nfft−1 (real data) or −nfft/2..nfft/2−1 (complex), and |lag function|.
-    pub lags: Vec<i64>,
-    pub lag_amplitude: Vec<f64>,
-    /// Normalised cross spectrum, re and im per channel (ascending frequency).
-    pub cross_spectrum: Vec<(f64, f64)>,
-    pub segments: u64,
+    cross_sums_of(a, b, ia, ib, nfft, (start, start), nint)?.fringe(search)
 }
 
 impl CrossAccumulator {
@@ -94,10 +102,7 @@ impl CrossAccumulator {
             nfft,
             complex,
             plans: Plans::new(nfft, complex),
-            cross: vec![Complex::default(); nfft],
-            power_a: vec![0.0; nfft],
-            power_b: vec![0.0; nfft],
-            segments: 0,
+            sums: CrossSums::new(nfft),
         })
     }
 
@@ -156,32 +161,32 @@ impl CrossAccumulator {
             }
             acc
         });
-        for p in parts {
-            self.merge(p);
+        for p in &parts {
+            self.sums.merge(p);
         }
-        self.segments += segments as u64;
         segments * seg
     }
 
-    /// Adds segments of input `ia` of source a and input `ib` of source b (an input is a
-    /// value column: thread × nchan + channel), from `start_sample`; returns segments added.
+    /// Adds segments of input `ia` of source a from sample `start.0` and input `ib` of source
+    /// b from sample `start.1` (an input is a value column: thread × nchan + channel), or of
+    /// inputs `ia` and `ib_same` of a alone from `start.0`; returns segments added.
     #[allow(clippy::too_many_arguments)]
     pub fn add_frames(
         &mut self,
         a: (&dyn FrameSource, &FrameLayout, usize),
         b: Option<(&dyn FrameSource, &FrameLayout, usize)>,
         ib_same: usize,
-        start_sample: usize,
+        start: (usize, usize),
         max_segments: Option<u64>,
     ) -> u64 {
         let seg = self.segment_len();
         let (sa, la, ia) = a;
-        let mut segments = (sa.sets() * la.spf).saturating_sub(start_sample) / seg;
+        let mut segments = (sa.sets() * la.spf).saturating_sub(start.0) / seg;
         if let Some((sb, lb, _)) = b {
-            segments = segments.min((sb.sets() * lb.spf).saturating_sub(start_sample) / seg);
+            segments = segments.min((sb.sets() * lb.spf).saturating_sub(start.1) / seg);
         }
         if let Some(m) = max_segments {
-            segments = segments.min(m.saturating_sub(self.segments) as usize);
+            segments = segments.min(m.saturating_sub(self.sums.segments) as usize);
         }
         if segments == 0 {
             return 0;
@@ -195,7 +200,7 @@ impl CrossAccumulator {
             let (mut buf_a, mut buf_b) = (Vec::new(), Vec::new());
             let mut acc = CrossSums::new(nfft);
             for s in first..first + count {
-                let at = start_sample + s * seg;
+                let at = start.0 + s * seg;
                 la.decode(sa, at, seg, &mut buf_a);
                 match b {
                     None if !complex => {
@@ -208,7 +213,7 @@ impl CrossAccumulator {
                         acc.add(&wa.a, &wb.a);
                     }
                     Some((sb, lb, ib)) => {
-                        lb.decode(sb, at, seg, &mut buf_b);
+                        lb.decode(sb, start.1 + s * seg, seg, &mut buf_b);
                         let row_b = sb.threads() * lb.values();
                         wa.one(&buf_a, ia * vals, row_a);
                         wb.one(&buf_b, ib * vals, row_b);
@@ -218,89 +223,24 @@ impl CrossAccumulator {
             }
             acc
         });
-        for p in parts {
-            self.merge(p);
+        for p in &parts {
+            self.sums.merge(p);
         }
-        self.segments += segments as u64;
         segments as u64
     }
 
-    fn merge(&mut self, p: CrossSums) {
-        for k in 0..self.nfft {
-            self.cross[k] += p.cross[k];
-            self.power_a[k] += p.pa[k];
-            self.power_b[k] += p.pb[k];
-        }
+    /// The sums so far.
+    pub fn sums(&self) -> &CrossSums {
+        &self.sums
     }
 
-    /// The lag function, its peak and the fringe parameters.
-    pub fn fringe(&self) -> Result<Fringe, SpectrumError> {
-        if self.segments == 0 {
-            return Err(SpectrumError::TooShort {
-                got: 0,
-                needed: self.segment_len(),
-            });
-        }
-        let nfft = self.nfft;
-        let l = self.segment_len();
-        let norm = (self.power_a.iter().sum::<f64>() * self.power_b.iter().sum::<f64>()).sqrt();
-        // lag[τ] = Σ_k C[k] e^{-2πi k τ / L}: positive τ when b lags a. Only the channels the
-        // spectrum has (positive frequencies for real data) take part, so the lag function is
-        // complex and its phase is the fringe phase.
-        let mut buf: Vec<Complex<f64>> = vec![Complex::default(); l];
-        buf[..nfft].copy_from_slice(&self.cross);
-        let fft = FftPlanner::<f64>::new().plan_fft_forward(l);
-        fft.process(&mut buf);
-        let half = (l / 2) as i64;
-        let lags: Vec<i64> = (-half..half).collect();
-        let lag_c: Vec<Complex<f64>> = lags
-            .iter()
-            .map(|&t| buf[t.rem_euclid(l as i64) as usize] / norm)
-            .collect();
-        let amp: Vec<f64> = lag_c.iter().map(|c| c.norm()).collect();
-        let (peak, _) = amp
-            .iter()
-            .enumerate()
-            .max_by(|x, y| x.1.partial_cmp(y.1).unwrap())
-            .expect("non-empty");
-        let tau = lags[peak];
-        // A lag τ leaves only L − |τ| samples of each segment overlapping.
-        let overlap = 1.0 - tau.unsigned_abs() as f64 / l as f64;
-        let amplitude = amp[peak] / overlap.max(1e-9);
-        // Noise: rms of the lag function away from the peak (beyond ±8 lags).
-        let off: Vec<f64> = amp
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| (*i as i64 - peak as i64).abs() > 8)
-            .map(|(_, a)| *a)
-            .collect();
-        let rms = (off.iter().map(|a| a * a).sum::<f64>() / off.len().max(1) as f64).sqrt();
-        let mut spectrum: Vec<(f64, f64)> = self
-            .cross
-            .iter()
-            .zip(self.power_a.iter().zip(&self.power_b))
-            .map(|(c, (a, b))| {
-                let d = (a * b).sqrt().max(f64::MIN_POSITIVE);
-                (c.re / d, c.im / d)
-            })
-            .collect();
-        if self.complex {
-            spectrum.rotate_left(nfft / 2);
-        }
-        Ok(Fringe {
-            delay_samples: tau,
-            amplitude,
-            phase: lag_c[peak].arg(),
-            snr: if rms > 0.0 {
-                amp[peak] / rms
-            } else {
-                f64::INFINITY
-            },
-            lags,
-            lag_amplitude: amp,
-            cross_spectrum: spectrum,
-            segments: self.segments,
-        })
+    pub fn complex(&self) -> bool {
+        self.complex
+    }
+
+    /// The fringe of everything added, found as `search` says.
+    pub fn fringe(&self, search: &Search) -> Result<Fringe, SpectrumError> {
+        fringe_search(std::slice::from_ref(&self.sums), self.complex, search)
     }
 }
 
@@ -322,7 +262,7 @@ mod tests {
         let b: Vec<f32> = (0..n).map(|i| a_w * common[i] + b_w * nb[i]).collect();
         let mut acc = CrossAccumulator::new(512, false).unwrap();
         acc.add(&a, 0, 1, &b, 0, 1, n);
-        let f = acc.fringe().unwrap();
+        let f = acc.fringe(&Search::default()).unwrap();
         assert_eq!(f.delay_samples, delay as i64);
         assert!((f.amplitude - 0.3).abs() < 0.02, "{}", f.amplitude);
         assert!(f.snr > 20.0, "{}", f.snr);

@@ -9,5 +9,6 @@
 pub mod bstate;
 pub mod check;
 pub mod fringe;
+pub mod fringe_search;
 pub mod spectrum;
 pub mod tones;

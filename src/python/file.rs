@@ -2,11 +2,12 @@
 //! disks, read and decoded in parallel, its spectra and fringes, its frames as a zero-copy array; and the decoding of
 //! frames from anywhere (a live view).
 
-use super::analysis::{fringe_tuple, power_array, FringeTuple};
+use super::analysis::{fringe_tuple, power_array, sums_tuple, FringeTuple, SumsTuple};
 use super::errors::{decode_err, file_err, scan_err, spectrum_err};
 use super::header::PyHeader;
 use super::scan::format_arg;
-use crate::analysis::fringe::fringe_of;
+use crate::analysis::fringe::{cross_sums_of, fringe_of};
+use crate::analysis::fringe_search::Search;
 use crate::analysis::spectrum::{spectra_of, FrameSource};
 use crate::vdif::decode::{DecodeError, Decoder};
 use crate::vdif::file::VdifFile;
@@ -127,7 +128,7 @@ impl FileReader {
     }
 
     /// Fringe between input `ia` of this file and input `ib` of `other` (or of this file).
-    #[pyo3(signature = (other, ia, ib, nfft, start=0, nint=None))]
+    #[pyo3(signature = (other, ia, ib, nfft, start=0, nint=None, exclude_tones=false, max_lag=None))]
     #[allow(clippy::too_many_arguments)]
     fn cross<'py>(
         &self,
@@ -138,9 +139,15 @@ impl FileReader {
         nfft: usize,
         start: usize,
         nint: Option<u64>,
+        exclude_tones: bool,
+        max_lag: Option<usize>,
     ) -> PyResult<FringeTuple<'py>> {
         let a = (&self.file, self.file.info().header0);
         let b = other.as_ref().map(|o| (&o.file, o.file.info().header0));
+        let search = Search {
+            exclude_tones,
+            max_lag,
+        };
         let f = py
             .detach(|| {
                 fringe_of(
@@ -151,10 +158,36 @@ impl FileReader {
                     nfft,
                     start,
                     nint,
+                    &search,
                 )
             })
             .map_err(spectrum_err)?;
         fringe_tuple(py, f)
+    }
+
+    /// The cross and auto spectra of input `ia` of this file from sample `start_a` and input
+    /// `ib` of `other` from sample `start_b`, over at most `nint` FFTs: a stretch of a fringe
+    /// search (`fringe_of_parts`).
+    #[pyo3(signature = (other, ia, ib, nfft, start_a, start_b, nint=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn cross_sums<'py>(
+        &self,
+        py: Python<'py>,
+        other: PyRef<'py, FileReader>,
+        ia: usize,
+        ib: usize,
+        nfft: usize,
+        start_a: usize,
+        start_b: usize,
+        nint: Option<u64>,
+    ) -> PyResult<SumsTuple<'py>> {
+        let a = (&self.file as &dyn FrameSource, &self.file.info().header0);
+        let hb = other.file.info().header0;
+        let b = (&other.file as &dyn FrameSource, &hb);
+        let acc = py
+            .detach(|| cross_sums_of(a, Some(b), ia, ib, nfft, (start_a, start_b), nint))
+            .map_err(spectrum_err)?;
+        Ok(sums_tuple(py, acc.sums()))
     }
 
     /// Each part's whole frames (one part for a file; chunks or blocks for a scan) as

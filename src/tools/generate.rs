@@ -7,9 +7,15 @@
 //! noise common to all inputs and `w_i` is the input's own noise, both of unit variance.
 //! Two inputs are then correlated by `rho` at a lag of `delay` samples per input index (a
 //! fringe to find), and every input shows the tone at `f`.
+//!
+//! Several stations: with a sky seed, `s` is the sky, a function of time alone (the same
+//! noise at the same VDIF time in every file made with that sky seed, whatever its start),
+//! every input of the station sees it `delay` samples late, and `seed` is the station's own
+//! noise. Two stations are then correlated by `sqrt(rho_a rho_b)` at the difference of their
+//! delays, even when their recordings start at different times.
 
 use crate::vdif::header::{check_fps, check_frame_size, field, Header, HeaderError};
-use crate::vdif::time::epoch_and_seconds;
+use crate::vdif::time::{epoch_and_seconds, utc_unix};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use thiserror::Error;
@@ -71,6 +77,10 @@ pub struct SignalSpec {
     pub delay: usize,
     #[serde(deserialize_with = "setting::seed")]
     pub seed: u64,
+    /// Seed of the sky: the common noise as a function of time, shared by every station
+    /// generated with it (None: the common noise belongs to this file, from `seed`).
+    #[serde(deserialize_with = "setting::sky_seed")]
+    pub sky_seed: Option<u64>,
     #[serde(deserialize_with = "setting::station")]
     pub station: u16,
     /// Extended data version of the headers: 0, or 1/3 (which also carry the sample rate).
@@ -125,6 +135,9 @@ mod setting {
     }
     pub fn seed<'de, D: Deserializer<'de>>(d: D) -> R<u64, D::Error> {
         ranged(d, 0, u64::MAX as i128, "any whole number")
+    }
+    pub fn sky_seed<'de, D: Deserializer<'de>>(d: D) -> R<Option<u64>, D::Error> {
+        ranged_option(d, 0, u64::MAX as i128, "any whole number")
     }
     /// A station as a number (0 to 65535) or as VDIF's two-character code (`Kv`).
     pub fn station<'de, D: Deserializer<'de>>(d: D) -> R<u16, D::Error> {
@@ -184,6 +197,7 @@ impl Default for SignalSpec {
             correlation: 0.0,
             delay: 0,
             seed: 1,
+            sky_seed: None,
             station: 0,
             edv: 0,
             ref_epoch: None,
@@ -420,6 +434,8 @@ pub struct Synth {
     /// Common noise, newest last; keeps the lags every input needs.
     common: Vec<f32>,
     max_lag: usize,
+    /// The shared sky, when the spec has a sky seed (then `common` holds this frame's part).
+    sky: Option<Sky>,
     tone_step: f64,
     tone_phase: f64,
     values: Vec<f32>,
@@ -446,7 +462,13 @@ impl Synth {
             .map(|i| (2.0 * std::f64::consts::PI * i as f64 / COS_TABLE as f64).cos() as f32)
             .collect();
         let inputs = (spec.threads * spec.nchan) as usize;
-        let max_lag = spec.delay * inputs.saturating_sub(1);
+        let sky = spec.sky_seed.map(|seed| Sky::new(seed, spec));
+        // Under a sky every input sees it at the station's one delay (the sky does the lag).
+        let max_lag = if sky.is_some() {
+            0
+        } else {
+            spec.delay * inputs.saturating_sub(1)
+        };
         let sigma_total = (1.0 + spec.tone_amplitude.powi(2) / 2.0).sqrt();
         let quantiser = match spec.bits {
             1 => Quantiser::One,
@@ -463,6 +485,7 @@ impl Synth {
             rng: Rng::new(spec.seed),
             common: vec![0.0; max_lag],
             max_lag,
+            sky,
             tone_step: spec.tone_fraction()?,
             tone_phase: 0.0,
             values: Vec::new(),
@@ -483,8 +506,10 @@ impl Synth {
         let nchan = spec.nchan as usize;
         let rho = spec.correlation as f32;
         let (a, b) = (rho.sqrt(), (1.0 - rho).sqrt());
-        // Extend the common noise by one frame of samples, keeping `max_lag` behind.
-        if rho > 0.0 {
+        if let (true, Some(sky)) = (rho > 0.0, self.sky.as_mut()) {
+            sky.next_samples(spf, &self.normal, &mut self.common);
+        } else if rho > 0.0 {
+            // Extend the common noise by one frame of samples, keeping `max_lag` behind.
             let excess = self.common.len() - self.max_lag;
             self.common.drain(..excess);
             while self.common.len() < self.max_lag + spf {
@@ -519,8 +544,11 @@ impl Synth {
                     bits_left -= 1;
                     let mut x = b * own + tone_s;
                     if rho > 0.0 {
-                        let input = t * nchan + c;
-                        let lag = self.spec.delay * input;
+                        let lag = if self.sky.is_some() {
+                            0
+                        } else {
+                            self.spec.delay * (t * nchan + c)
+                        };
                         x += a * self.common[self.max_lag + s - lag];
                     }
                     self.values[s * nchan + c] = x;
@@ -529,6 +557,56 @@ impl Synth {
             quantise_pack(self.quantiser, &self.values, payload);
         }
         self.samples_done += spf as u64;
+    }
+}
+
+/// Samples of the sky per block: each block is drawn from its own seed, so that a station
+/// starting at any time makes its stretch without the ones before it.
+const SKY_BLOCK: u64 = 1 << 14;
+
+/// The sky's noise as a function of time: sample `n` counts from the POSIX epoch at the
+/// stream's sample rate, and a station sees sample `n − delay` at its own sample `n`.
+struct Sky {
+    seed: u64,
+    /// The next absolute sample the station needs (its delay already taken off).
+    next: u64,
+    block: Option<u64>,
+    samples: Vec<f32>,
+}
+
+impl Sky {
+    fn new(seed: u64, spec: &SignalSpec) -> Sky {
+        let (epoch, seconds) = spec.start_at(unix_now());
+        let start = utc_unix(epoch, seconds).max(0) as u64;
+        let rate = spec.fps as u64 * spec.samples_per_frame() as u64;
+        Sky {
+            seed,
+            next: start * rate - spec.delay as u64,
+            block: None,
+            samples: Vec::with_capacity(SKY_BLOCK as usize),
+        }
+    }
+
+    /// Replaces `out` with the sky's next `count` samples.
+    fn next_samples(&mut self, count: usize, normal: &[f32], out: &mut Vec<f32>) {
+        out.clear();
+        while out.len() < count {
+            let (block, within) = (self.next / SKY_BLOCK, (self.next % SKY_BLOCK) as usize);
+            if self.block != Some(block) {
+                let mut rng = Rng::new(self.seed ^ block.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                self.samples.clear();
+                while self.samples.len() < SKY_BLOCK as usize {
+                    let r = rng.next_u64();
+                    for k in 0..4 {
+                        self.samples.push(Synth::gaussian(normal, r >> (16 * k)));
+                    }
+                }
+                self.block = Some(block);
+            }
+            let take = (count - out.len()).min(SKY_BLOCK as usize - within);
+            out.extend_from_slice(&self.samples[within..within + take]);
+            self.next += take as u64;
+        }
     }
 }
 
@@ -584,6 +662,8 @@ pub fn write_frames(
     out: &mut impl Write,
     path_for_errors: &str,
 ) -> Result<Header, GenerateError> {
+    // One start for the headers and the sky, even across a second's edge.
+    let spec = &spec.starting(spec.start_at(unix_now()));
     let template = spec.template()?;
     let mut synth = Synth::new(spec)?;
     let fs = spec.frame_size;
@@ -756,6 +836,62 @@ mod tests {
         assert_eq!(best, 3, "{c_best:?}");
         assert!((c_best[3] - 0.5).abs() < 0.05, "{}", c_best[3]);
         assert!(corr(0).abs() < 0.05);
+    }
+
+    /// The decoded samples of `seconds` of a one-channel 8-bit station.
+    fn station(seed: u64, start_second: u32, delay: usize, seconds: u32) -> Vec<f32> {
+        let spec = SignalSpec {
+            frame_size: 32 + 4096,
+            fps: 16,
+            nchan: 1,
+            bits: 8,
+            tone_amplitude: 0.0,
+            correlation: 0.5,
+            delay,
+            seed,
+            sky_seed: Some(77),
+            ref_epoch: Some(40),
+            start_second: Some(start_second),
+            ..Default::default()
+        };
+        let mut synth = Synth::new(&spec).unwrap();
+        let d = Decoder::new(8).unwrap();
+        let mut payload = vec![0u8; 4096];
+        let mut x = Vec::new();
+        for _ in 0..16 * seconds {
+            synth.next_frameset(&mut [&mut payload[..]]);
+            let mut v = vec![0f32; 4096];
+            d.decode(&payload, &mut v).unwrap();
+            x.extend(v);
+        }
+        x
+    }
+
+    #[test]
+    fn stations_under_one_sky_correlate_at_their_delays_whatever_their_start() {
+        // Station a from second 10 for 2 s; b from second 11, its own noise, 5 samples late.
+        let a = station(1, 10, 0, 2);
+        let b = station(2, 11, 5, 1);
+        let a = &a[a.len() / 2..];
+        let corr = |lag: usize| -> f64 {
+            let n = b.len() - lag;
+            (0..n).map(|i| a[i] as f64 * b[i + lag] as f64).sum::<f64>() / n as f64
+        };
+        let by_lag: Vec<f64> = (0..8).map(corr).collect();
+        assert!((by_lag[5] - 0.5).abs() < 0.03, "{by_lag:?}");
+        for (lag, c) in by_lag.iter().enumerate().filter(|(l, _)| *l != 5) {
+            assert!(c.abs() < 0.03, "lag {lag}: {c}");
+        }
+        // The same sky and seed give the same bytes; another seed, other own noise.
+        assert_eq!(station(2, 11, 5, 1), b);
+        let other = station(3, 11, 5, 1);
+        let same: f64 = other
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (*x as f64) * (*y as f64))
+            .sum::<f64>()
+            / b.len() as f64;
+        assert!((same - 0.5).abs() < 0.03, "{same}");
     }
 
     #[test]

@@ -1,0 +1,97 @@
+"""What every Dask task of vdifrec shares in the worker (open readers, the count of what it read)
+and where tasks are placed (``hosts=``). Its own module, so that the task functions of
+``vdifrec.dask`` and of the fringe test import it without importing each other."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import threading
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from dask.base import annotate
+
+from .reader import Reader
+from .reader import open as open_reader
+
+#: Where each file or scan lies: {path or scan name: host}, as the ``hosts=`` keyword takes it.
+Hosts = Mapping[str | os.PathLike[str], str]
+
+#: Readers a worker thread keeps open (the oldest is closed first).
+MAX_OPEN_READERS = 16
+
+#: Readers kept open in each worker thread (a reader has a position, so threads do not share
+#: one), so that a file is mapped and its rate learned once, not once per chunk.
+_readers = threading.local()
+#: Tasks this process has run per file or scan: where the data were read (see `files_read`).
+_tasks_per_file: collections.Counter[str] = collections.Counter()
+_tasks_lock = threading.Lock()
+
+
+def files_read() -> dict[str, int]:
+    """How many vdifrec tasks this process has run on each file or scan. On a cluster,
+    ``client.run(vdifrec.dask.files_read)`` shows which worker read what: that ``hosts=``
+    placed the work where the data lie."""
+    with _tasks_lock:
+        return dict(_tasks_per_file)
+
+
+def _count(path: str) -> None:
+    with _tasks_lock:
+        _tasks_per_file[path] += 1
+
+
+def _reader(path: str, open_kwargs: dict[str, Any]) -> Reader:
+    """The worker thread's open reader of ``path``, counted as one task's read of it."""
+    _count(path)
+    cache: dict[Any, Reader] = getattr(_readers, "cache", None) or {}
+    _readers.cache = cache
+    key = (path, repr(sorted(open_kwargs.items())))
+    fh = cache.get(key)
+    if fh is None:
+        if len(cache) >= MAX_OPEN_READERS:
+            cache.pop(next(iter(cache))).close()
+        fh = cache[key] = open_reader(path, **open_kwargs)
+    return fh
+
+
+def _workers_on(host: str) -> list[str] | None:
+    """The workers of the current ``distributed`` client on ``host``: those started with a
+    resource of that name (``dask worker --resources "rec1=1"``), else those whose address is
+    on that host. None without a distributed client (the threaded scheduler has one host)."""
+    try:
+        from distributed import get_client
+
+        client = get_client()
+    except (ImportError, ValueError):
+        return None
+    workers: dict[str, Any] = client.scheduler_info(n_workers=-1)["workers"]
+    named = [addr for addr, w in workers.items() if host in (w.get("resources") or {})]
+    if named:
+        return named
+    on_host = [addr for addr, w in workers.items() if host in (w.get("host"), urllib.parse.urlsplit(addr).hostname)]
+    return on_host or None
+
+
+def _host_table(hosts: Hosts | None) -> dict[str, str]:
+    if hosts is None:
+        return {}
+    if not isinstance(hosts, Mapping):
+        raise ValueError(f"hosts: {hosts!r} - give a mapping {{path or scan: host}}")
+    return {os.fspath(k): str(v) for k, v in hosts.items()}
+
+
+@contextlib.contextmanager
+def _placed(hosts: dict[str, str], name: str) -> Iterator[None]:
+    """Tasks made inside prefer the workers on the host that holds ``name`` (and may run
+    elsewhere when those are gone or busy: data read over the network beat data not read)."""
+    host = hosts.get(name)
+    workers = _workers_on(host) if host is not None else None
+    if workers is None:
+        yield
+    else:
+        with annotate(workers=workers, allow_other_workers=True):
+            yield
