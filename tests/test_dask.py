@@ -164,3 +164,29 @@ def test_importing_vdifrec_never_imports_dask() -> None:
     r = subprocess.run([sys.executable, "-c", "import sys, vdifrec; print('dask' in sys.modules)"],
                        capture_output=True, text=True, timeout=60, check=True)
     assert r.stdout.strip() == "False"
+
+
+def _file_pages_resident() -> int:
+    """Bytes of mapped files resident in this process (RssFile of /proc/self/status)."""
+    for line in open("/proc/self/status"):
+        if line.startswith("RssFile:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no RssFile in /proc/self/status")
+
+
+def test_a_worker_does_not_keep_the_files_it_read_in_its_resident_memory(tmp_path: Path) -> None:
+    # A worker keeps its readers open between tasks; had it kept the pages too, its resident
+    # memory would grow by every byte of every file read, and Dask would pause and restart it
+    # at its memory limit after a few GB.
+    path = tmp_path / "big.vdif"
+    vdifrec.generate(path, seconds=1.0, fps=20_000, edv=1, ref_epoch=53, start_second=1000)
+    size = path.stat().st_size
+    assert size > 150e6
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  host="127.0.0.1") as cluster, distributed.Client(cluster) as client:
+        before = client.run(_file_pages_resident)
+        (s,) = vd.spectrum([path], nfft=256, chunk_ffts=2048)
+        after = client.run(_file_pages_resident)
+        assert s.nint > 0 and list(client.run(vd.files_read).values())[0][str(path)] > 10
+    (addr,) = after
+    assert after[addr] - before[addr] < size / 10, (before, after, size)

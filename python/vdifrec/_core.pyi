@@ -453,6 +453,8 @@ class FileReader:
     ) -> _Sums:
         """Input ``ia`` of this file from sample ``start_a`` against input ``ib`` of ``other``
         from ``start_b``, over at most ``nint`` FFTs: one stretch of a fringe search."""
+    def release_pages(self) -> None:
+        """Drops this process's resident pages of the mapped data; they stay in the page cache."""
     def frame_parts(self) -> list[npt.NDArray[np.uint8]]:
         """Each part's whole frames (one part for a file; chunks or blocks for a scan) as
         read-only (n_frames, frame_size) uint8 arrays over the memory maps themselves."""

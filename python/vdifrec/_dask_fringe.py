@@ -20,7 +20,7 @@ from dask.base import compute
 from dask.delayed import delayed
 
 from . import _core
-from ._dask_tasks import Hosts, _host_table, _placed, _reader
+from ._dask_tasks import Hosts, _host_table, _placed, _reading
 from .quality import DEFAULT_SNR_THRESHOLD, Fringe, _fringe_of, _search_options, _segment
 from .reader import open as open_reader
 
@@ -65,9 +65,8 @@ def _cross_part(
     path_a: str, path_b: str, open_kwargs: dict[str, Any], ia: int, ib: int, nfft: int, start_a: int, start_b: int, ffts: int
 ) -> _core._Sums:
     """In the worker: one stretch of one baseline, as summed cross and auto spectra."""
-    a = _reader(path_a, open_kwargs)
-    b = _reader(path_b, open_kwargs)
-    return a._core.cross_sums(b._core, ia, ib, nfft, start_a, start_b, ffts)
+    with _reading(path_a, open_kwargs) as a, _reading(path_b, open_kwargs) as b:
+        return a._core.cross_sums(b._core, ia, ib, nfft, start_a, start_b, ffts)
 
 
 def _checked_stations(stations: Any) -> dict[str, str]:

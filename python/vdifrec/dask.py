@@ -25,7 +25,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("vdifrec.dask needs Dask: pip install 'vdifrec[dask]' (dask[array], distributed, pandas)") from exc
 
 from ._dask_fringe import fringe_test
-from ._dask_tasks import Hosts, _count, _host_table, _placed, _reader, files_read
+from ._dask_tasks import Hosts, _count, _host_table, _placed, _reading, files_read
 from .files import check as check_file
 from .quality import _LEVELS, BitStats, Spectrum, _expected_fractions, _frame_states, _freq, _need_one_fft, _segment
 from .quality import find_tones as find_tones_of
@@ -49,9 +49,9 @@ class _Part:
 
 def _read(path: str, open_kwargs: dict[str, Any], start: int, count: int) -> npt.NDArray[Any]:
     """One chunk, in the worker: samples ``start .. start + count`` of ``path``."""
-    fh = _reader(path, open_kwargs)
-    fh.seek(start)
-    out: npt.NDArray[Any] = fh.read(count)
+    with _reading(path, open_kwargs) as fh:
+        fh.seek(start)
+        out: npt.NDArray[Any] = fh.read(count)
     return out
 
 
@@ -160,8 +160,8 @@ DEFAULT_CHUNK_FFTS = 4096
 def _spectrum_part(path: str, open_kwargs: dict[str, Any], nfft: int, start: int, ffts: int) -> tuple[npt.NDArray[np.float64], int]:
     """In the worker: the summed power of ``ffts`` FFTs from sample ``start`` of ``path``, and
     how many were taken (a sum, so that parts add up exactly to the whole file's mean)."""
-    fh = _reader(path, open_kwargs)
-    power, taken = fh._core.spectrum(nfft, start, ffts)
+    with _reading(path, open_kwargs) as fh:
+        power, taken = fh._core.spectrum(nfft, start, ffts)
     return np.asarray(power, dtype=np.float64) * taken, int(taken)
 
 
@@ -222,8 +222,8 @@ def spectrum(
 def _bstate_part(path: str, open_kwargs: dict[str, Any], part: int, lo: int, hi: int) -> tuple[dict[int, npt.NDArray[np.int64]], int]:
     """In the worker: state counts per thread of frames ``lo .. hi`` of part ``part`` (a scan's
     chunk; the file itself for a file), counted from the raw bytes."""
-    frames = _reader(path, open_kwargs).frame_parts[part][lo:hi]
-    threads, counts, bits = _frame_states([frames])
+    with _reading(path, open_kwargs) as fh:
+        threads, counts, bits = _frame_states([fh.frame_parts[part][lo:hi]])
     return {t: counts[k] for k, t in enumerate(threads)}, bits
 
 

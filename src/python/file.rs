@@ -190,6 +190,13 @@ impl FileReader {
         Ok(sums_tuple(py, acc.sums()))
     }
 
+    /// Drops this process's resident pages of the mapped data; they stay in the page cache.
+    fn release_pages(&self) -> PyResult<()> {
+        self.file.release_pages().map_err(|e| {
+            pyo3::exceptions::PyOSError::new_err(format!("{}: {e}", self.file.path().display()))
+        })
+    }
+
     /// Each part's whole frames (one part for a file; chunks or blocks for a scan) as
     /// read-only (n_frames, frame_size) uint8 arrays over the memory maps themselves; each
     /// array keeps this reader (and the maps) alive.

@@ -222,6 +222,11 @@ impl VdifFile {
         &self.path
     }
 
+    /// Drops this process's resident pages of the mapped data (see `FrameStore::release_pages`).
+    pub fn release_pages(&self) -> std::io::Result<()> {
+        self.frames.release_pages()
+    }
+
     /// The whole frames, part by part (one part for a file), as bytes.
     pub fn frame_parts(&self) -> impl Iterator<Item = &[u8]> {
         self.frames.parts()

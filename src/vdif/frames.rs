@@ -118,6 +118,20 @@ impl FrameStore {
         (&self.maps[part.map].path, part.start + i * self.frame_size)
     }
 
+    /// Lets go of the pages of every map this process has touched: a long-lived reader (a
+    /// Dask worker's) would otherwise count every byte it ever read in its resident memory,
+    /// which a worker's memory limit reads as a leak. The data stay in the page cache, and a
+    /// page read again is mapped again from it.
+    pub fn release_pages(&self) -> std::io::Result<()> {
+        for m in &self.maps {
+            // SAFETY: the maps are read-only views of files: dropping their pages loses
+            // nothing (no private copy-on-write pages exist), and a later access faults the
+            // same bytes back in from the file.
+            unsafe { m.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) }?;
+        }
+        Ok(())
+    }
+
     /// Each part's whole frames, in stream order.
     pub fn parts(&self) -> impl Iterator<Item = &[u8]> {
         self.parts
