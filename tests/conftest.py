@@ -124,6 +124,28 @@ def delivered(address: tuple[str, int], sent: int, taken: Callable[[], int] | No
     return Delivery(state()[1], flushes)
 
 
+def disk_fill(path: str | Path) -> float:
+    """How full the file system holding `path` is, from os.statvfs, as /status's `fill`:
+    used / (used + free to non-root), df's Use%."""
+    st = os.statvfs(path)
+    used = st.f_blocks - st.f_bfree
+    return used / (used + st.f_bavail) if used + st.f_bavail else 0.0
+
+
+def around(ask: Callable[[], object], *paths: str | Path) -> tuple[object, float, float]:
+    """`ask()`'s answer, with the least and the most `disk_fill` of `paths` seen just before and
+    just after it: other processes write to the same file systems meanwhile, so a fill served in
+    between lies in that range (give or take what they wrote in the instant between)."""
+    before = [disk_fill(p) for p in paths]
+    answer = ask()
+    after = [disk_fill(p) for p in paths]
+    return answer, min(before + after), max(before + after)
+
+
+#: Fill that other processes may add or free in the instant between statvfs and the recorder's.
+FILL_SLACK = 0.002
+
+
 def output_line(path: Path, pattern: str, timeout: float = 30.0, proc: subprocess.Popen[str] | None = None) -> re.Match[str]:
     """Waits (bounded) until what a subprocess writes to `path` matches `pattern` (its
     'listening on ...' or 'control on ...' line) and returns the match; stops early when

@@ -8,6 +8,7 @@ untuned) the kernel may drop frames: the counts expected then follow from what i
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import vdifrec
-from conftest import delivered, frames_of, left_out, loss_by_second
+from conftest import FILL_SLACK, around, delivered, frames_of, left_out, loss_by_second, run_cli
 
 START = dict(ref_epoch=53, start_second=4000)
 
@@ -193,3 +194,91 @@ def test_watch_prints_lines_and_warns_on_loss_and_stall() -> None:
     assert re.search(r"!!! STREAM STOPPED: no packets for \d+ s !!!", out)
     # The original client's fields: VDIF time, total frames, stream capacity, file.
     assert re.search(r"VDIF 2026-07-01T01:06:4\d\.\d+\s+frames \d+\s+stream \d+ B\s+file - 0 B", out)
+
+
+# -- the scan and the disks ----------------------------------------------------------------------
+
+FS = 8224
+
+
+def status_of(rec: vdifrec.Recorder) -> dict:
+    assert rec.status_address is not None
+    return json.loads(get("http://%s:%d/status" % rec.status_address)[2])
+
+
+def assert_disks(doc: dict, dirs: list[str], lo: float, hi: float) -> None:
+    """`disks` lists `dirs` with their file systems' figures as os.statvfs gives them (the fill
+    between `lo` and `hi`, what statvfs said just before and after), `disk_fill` the fullest."""
+    assert [d["path"] for d in doc["disks"]] == dirs
+    for d in doc["disks"]:
+        st = os.statvfs(d["path"])
+        assert d["error"] is None
+        assert d["size_bytes"] == st.f_blocks * st.f_frsize
+        assert 0 <= d["used_bytes"] <= d["size_bytes"] and 0 <= d["free_bytes"] <= d["size_bytes"]
+        used, free = d["used_bytes"], d["free_bytes"]
+        assert d["fill"] == pytest.approx(used / (used + free) if used + free else 0.0, abs=1e-9)
+        assert lo - FILL_SLACK <= d["fill"] <= hi + FILL_SLACK, (d, lo, hi)
+    assert doc["disk_fill"] == max(d["fill"] for d in doc["disks"])
+
+
+def test_status_names_the_scan_and_serves_the_fill_of_its_disks(tmp_path) -> None:
+    dirs = [str(tmp_path / "disk0"), str(tmp_path / "disk1")]
+    for d in dirs:
+        os.mkdir(d)
+    (tmp_path / "disk0" / "kvn_scan1").mkdir()  # on disk already: the scan gets jive5ab's suffix
+    with vdifrec.Recorder(port=0, ring="64MiB", frame_size=FS, disks=dirs, chunk_size="1MiB",
+                          status_listen="127.0.0.1:0") as rec:
+        assert rec.address is not None and rec.status_address is not None
+        url = "http://%s:%d" % rec.status_address
+        doc, lo, hi = around(lambda: status_of(rec), *dirs)
+        assert doc["scan"] is None
+        assert_disks(doc, dirs, lo, hi)
+
+        name = rec.start_scan("kvn_scan1")
+        assert name == "kvn_scan1a"
+        sent = vdifrec.send(rec.address, frames=3000, fps=10_000, **START)
+        delivered(rec.address, sent["frames_sent"], lambda: rec.stats().datagrams)
+        doc, lo, hi = around(lambda: status_of(rec), *dirs)
+        assert doc["scan"] == "kvn_scan1a"  # the name on disk, not the one asked for
+        assert_disks(doc, dirs, lo, hi)
+        # The gauges, one per disk, are the same figures.
+        m, lo, hi = around(lambda: metrics_of(get(url + "/metrics")[2].decode()), *dirs)
+        for d in dirs:
+            st = os.statvfs(d)
+            assert m[("vdifrec_disk_size_bytes", (("disk", d),))] == st.f_blocks * st.f_frsize
+            assert lo - FILL_SLACK <= m[("vdifrec_disk_fill_ratio", (("disk", d),))] <= hi + FILL_SLACK
+            assert 0 <= m[("vdifrec_disk_free_bytes", (("disk", d),))] <= st.f_blocks * st.f_frsize
+        # One recorder's watch line: the scan and the fullest disk, in percent.
+        r, lo, hi = around(lambda: run_cli("watch", "%s:%d" % rec.status_address, "--count", "1", timeout=60), *dirs)
+        assert isinstance(r, subprocess.CompletedProcess) and r.returncode == 0, r
+        (line,) = r.stdout.splitlines()
+        got = re.search(r"  file - 0 B  scan (\S+)  disk (\d+)%  lost \d+  ", line)
+        assert got and got[1] == "kvn_scan1a", line
+        assert 100 * (lo - FILL_SLACK) - 0.5 <= int(got[2]) <= 100 * (hi + FILL_SLACK) + 0.5, (line, lo, hi)
+
+        summary = rec.stop_scan()
+        assert summary.name == "kvn_scan1a" and summary.frames > 0
+        # Closed (its tail on disk): no scan is named.
+        assert status_of(rec)["scan"] is None
+
+
+def test_a_continuous_recording_serves_its_files_disk_and_no_scan(tmp_path, monkeypatch) -> None:
+    # A file named without a directory: the disk is the working directory, shown absolute.
+    monkeypatch.chdir(tmp_path)
+    with vdifrec.Recorder(port=0, ring="16MiB", frame_size=FS, path="c.vdif", status_listen="127.0.0.1:0") as rec:
+        assert rec.address is not None
+        vdifrec.send(rec.address, frames=500, fps=10_000, **START)
+        delivered(rec.address, 500, lambda: rec.stats().datagrams)
+        doc, lo, hi = around(lambda: status_of(rec), tmp_path)
+        assert doc["current_file"].endswith("c.vdif")
+        # A continuous recording is no scan: its file is current_file.
+        assert doc["scan"] is None
+        assert_disks(doc, [str(tmp_path)], lo, hi)
+    # Monitoring writes nowhere: no disks, no fill; the gauges' families are there, empty.
+    with vdifrec.Recorder(port=0, ring="16MiB", frame_size=FS, status_listen="127.0.0.1:0") as rec:
+        assert rec.status_address is not None
+        doc = status_of(rec)
+        assert (doc["scan"], doc["disk_fill"], doc["disks"]) == (None, None, [])
+        text = get("http://%s:%d/metrics" % rec.status_address)[2].decode()
+        assert "# TYPE vdifrec_disk_fill_ratio gauge" in text
+        assert not [k for k in metrics_of(text) if k[0].startswith("vdifrec_disk_")]

@@ -9,6 +9,7 @@ records, two clients racing for `record=on`, and SIGTERM during a scan.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -20,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import delivered, free_udp_port, frames_of, left_out, output_line, run_cli
+from conftest import FILL_SLACK, around, delivered, free_udp_port, frames_of, left_out, output_line, run_cli
 
 import vdifrec
 from vdifrec.vsi import Code, Reply, VSIClient, VSIError, parse_reply
@@ -234,6 +235,36 @@ def test_record_names_follow_jive5ab(serve: Serve) -> None:
     serve.wait_off()
     assert serve.one("record?mk6").fields == ("0",)
     assert serve("record=mk6:1;record?mk6") == [Reply("record", False, 0), Reply("record", True, 0, ("1",))]
+
+
+def test_status_names_the_scan_the_field_system_records(tmp_path: Path) -> None:
+    port = free_udp_port()
+    serve = Serve(tmp_path, "--port", str(port), "--status-listen", "127.0.0.1:0")
+    try:
+        m = output_line(serve.out, r"status on (http://[0-9.]+:\d+)/status", proc=serve.proc)
+        remote = vdifrec.RemoteStatus(m.group(1))
+        disks = [str(d) for d in serve.disks]
+        assert remote.status()["scan"] is None
+        # On disk already: the scan gets jive5ab's suffix, and /status names it as on disk.
+        (serve.disks[1] / "ev001_Kv_no0012").mkdir()
+        on = serve.one("record=on:no0012:ev001:Kv")
+        assert (on.code, on.fields) == (0, ("ev001_Kv_no0012a",))
+        sent = vdifrec.send(("127.0.0.1", port), frames=2000, fps=FPS, **START)
+        delivered(("127.0.0.1", port), sent["frames_sent"], lambda: int(serve.stats()["datagrams"]))
+        doc, lo, hi = around(remote.status, *disks)
+        assert isinstance(doc, dict) and doc["scan"] == "ev001_Kv_no0012a"
+        # Both disks, as statvfs tells of them; the fullest is the fill.
+        assert [d["path"] for d in doc["disks"]] == disks
+        for d in doc["disks"]:
+            st = os.statvfs(d["path"])
+            assert d["size_bytes"] == st.f_blocks * st.f_frsize
+            assert lo - FILL_SLACK <= d["fill"] <= hi + FILL_SLACK
+        assert doc["disk_fill"] == max(d["fill"] for d in doc["disks"])
+        assert serve.one("record=off").code == 1
+        serve.wait_off()
+        assert remote.status()["scan"] is None
+    finally:
+        serve.stop()
 
 
 # -- what is refused -------------------------------------------------------------------------------

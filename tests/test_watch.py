@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import delivered, run_cli
+from conftest import FILL_SLACK, around, delivered, run_cli
 
 import vdifrec
 
@@ -155,7 +155,9 @@ def test_watch_many_recorders_one_stops_answering_and_comes_back(tmp_path, clean
                    == [("silent", B), ("row", A), ("silent", B), ("row", A)])
     # The same status address again, a new run behind it.
     b = recorder(status_listen=B)
+    # Both lines of that poll (answers again, restarted) before Ctrl-C, which may come between them.
     watch.wait_for(f"{B} answering again", lambda ls: any(" answers again" in ln for ln in ls)
+                   and any(f"!!! RESTARTED at {B}" in ln for ln in ls)
                    and any(k == "row" and m["address"] == B for k, m in after_first_silent(ls, B)))
     assert watch.end(signal.SIGINT) == 0  # Ctrl-C ends it cleanly
     assert watch.err.read_text() == ""
@@ -272,6 +274,39 @@ def test_remote_statuses_reads_every_recorder_that_answers(cleanup) -> None:
         vdifrec.RemoteStatuses([])
     with pytest.raises(ValueError, match="plain http"):
         vdifrec.RemoteStatuses([address(a), "https://127.0.0.1:1"])
+
+
+def test_watch_shows_each_recorders_scan_and_disk_fill(tmp_path, cleanup) -> None:
+    # A scan recorder on two disks, a continuous recording, a recorder that only monitors.
+    dirs = [tmp_path / "disk0", tmp_path / "disk1", tmp_path / "out"]
+    for d in dirs:
+        d.mkdir()
+    scans = vdifrec.Recorder(port=0, ring="16MiB", frame_size=8224, fps=2000, disks=[str(d) for d in dirs[:2]],
+                             status_listen="127.0.0.1:0").start()
+    cleanup.append(scans.stop)
+    assert scans.start_scan("ev001_Kv_no0012") == "ev001_Kv_no0012"
+    plain = vdifrec.Recorder(port=0, ring="16MiB", frame_size=8224, fps=2000, path=dirs[2] / "c.vdif",
+                             status_listen="127.0.0.1:0").start()
+    cleanup.append(plain.stop)
+    monitor = recorder()
+    cleanup.append(monitor.stop)
+    S, P, M = address(scans), address(plain), address(monitor)
+    r, lo, hi = around(lambda: run_cli("watch", S, P, M, "--every", "0.2", "--count", "2", timeout=TIMEOUT), *dirs)
+    assert isinstance(r, subprocess.CompletedProcess) and r.returncode == 0 and r.stderr == "", r
+    seen = rows(r.stdout.splitlines())
+    assert [(k, m["address"]) for k, m in seen] == [("row", S), ("row", P), ("row", M)] * 2, r.stdout
+    for _, m in seen:
+        if m["address"] == M:
+            assert (m["scan"], m["disk"]) == ("-", "-")
+            continue
+        # The scan's name while it records (none for a continuous recording); the disk fill in
+        # percent, what os.statvfs says of those disks.
+        assert m["scan"] == ("ev001_Kv_no0012" if m["address"] == S else "-")
+        assert m["disk"].endswith("%"), m.string
+        assert 100 * (lo - FILL_SLACK) - 0.5 <= int(m["disk"][:-1]) <= 100 * (hi + FILL_SLACK) + 0.5, (m.string, lo, hi)
+    scans.stop_scan()
+    r = run_cli("watch", S, P, "--count", "1", timeout=TIMEOUT)
+    assert [m["scan"] for _, m in rows(r.stdout.splitlines())] == ["-", "-"], r.stdout
 
 
 class _NotARecorder(http.server.BaseHTTPRequestHandler):

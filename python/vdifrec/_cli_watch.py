@@ -2,14 +2,15 @@
 few seconds.
 
 One recorder: one line per poll, as the original system's client printed it (VDIF time, total
-frames, stream capacity, file name, file capacity), plus the loss and the rate.
+frames, stream capacity, file name, file capacity), plus the scan and the disk fill where there
+are, the loss and the rate.
 
 Several recorders (a station network): one line per recorder per poll, in the order given,
 
   HH:MM:SS  HOST:PORT  STATE  scan NAME  R.RR Gbit/s  lost network N kernel N ring N malformed N  disk FILL%
 
-with `-` where /status has no such field (a plain `record` has no scan, no disk fill; today's
-/status serves neither).
+with `-` where there is none: the scan being written (none between scans or for a continuous
+recording), the fill of the fullest of the recording's disks (none when monitoring).
 A recorder that does not answer says `!!! NO ANSWER: why !!!` in its line, every poll, while
 the others are still polled; a line says when it answers again.
 
@@ -32,7 +33,8 @@ from .remote import RemoteStatuses
 
 #: The causes of loss, as /metrics labels them (vdifrec_frames_lost_total{cause=...}).
 CAUSES = ("network", "kernel", "ring", "malformed")
-#: Fields a station recorder may serve in /status beside a plain recording's; `-` while absent.
+#: /status's name of the scan being written and fill (0..1) of the fullest disk; null when
+#: there is none (no scan; monitoring), shown as `-`.
 SCAN_FIELD, DISK_FILL_FIELD = "scan", "disk_fill"
 
 
@@ -137,20 +139,28 @@ def _stalled(doc: dict[str, Any], after: float) -> float | None:
     return idle if doc["state"] in ("recording", "waiting") else None
 
 
+def _disk(doc: dict[str, Any]) -> str | None:
+    """The fullest disk's fill as a percentage, if /status has one."""
+    fill = doc.get(DISK_FILL_FIELD)
+    return None if fill is None else f"{100 * fill:.0f}%"
+
+
 def _classic_line(now: str, doc: dict[str, Any], causes: dict[str, int]) -> str:
-    """The one-recorder line: the original client's fields, the loss, the rate, the state."""
+    """The one-recorder line: the original client's fields, the scan and the disk fill where
+    there are, the loss, the rate, the state."""
     st = doc["stats"]
     file_name = (doc["current_file"] or "-").rsplit("/", 1)[-1]
+    scan, disk = doc.get(SCAN_FIELD), _disk(doc)
+    station = (f"scan {scan}  " if scan else "") + (f"disk {disk}  " if disk else "")
     return (f"{now}  VDIF {doc['vdif_time'] or '-'}  frames {st['frames_received']}  "
-            f"stream {st['bytes_buffered']} B  file {file_name} {doc['current_file_bytes']} B  "
+            f"stream {st['bytes_buffered']} B  file {file_name} {doc['current_file_bytes']} B  {station}"
             f"lost {sum(causes.values())}  {doc['rates']['receive_gbps']:.2f} Gbit/s  [{doc['state']}]")
 
 
 def _network_line(now: str, address: str, width: int, doc: dict[str, Any], causes: dict[str, int]) -> str:
     """A station network's line for one recorder."""
     scan = doc.get(SCAN_FIELD) or "-"
-    fill = doc.get(DISK_FILL_FIELD)
-    disk = "-" if fill is None else f"{100 * fill:.0f}%"
+    disk = _disk(doc) or "-"
     lost = " ".join(f"{k} {v}" for k, v in causes.items())
     return (f"{now}  {address:<{width}}  {doc['state']:<9}  scan {scan}  {doc['rates']['receive_gbps']:.2f} Gbit/s  "
             f"lost {lost}  disk {disk}")

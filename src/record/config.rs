@@ -251,6 +251,19 @@ pub enum Target {
     Dir { dir: PathBuf, prefix: String },
 }
 
+impl Target {
+    /// The directory the files go to (`.` for a bare file name).
+    pub fn dir(&self) -> PathBuf {
+        match self {
+            Target::File(p) => p
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .map_or(PathBuf::from("."), |d| d.to_path_buf()),
+            Target::Dir { dir, .. } => dir.clone(),
+        }
+    }
+}
+
 /// Everything a recording needs to know, checked.
 #[derive(Clone, Debug)]
 pub struct RecorderConfig {
@@ -459,6 +472,16 @@ impl RecorderConfig {
     /// consumer and the capture never overwrites what it has not released.
     pub fn writes(&self) -> bool {
         self.target.is_some() || self.scans.is_some()
+    }
+
+    /// The directories frames go to, one per disk: the scans' disks, or the directory of the
+    /// continuous recording's files; none when monitoring.
+    pub fn disk_dirs(&self) -> Vec<PathBuf> {
+        match (&self.scans, &self.target) {
+            (Some(s), _) => s.disks.clone(),
+            (None, Some(t)) => vec![t.dir()],
+            (None, None) => Vec::new(),
+        }
     }
 
     /// Where the stream is taken from, for the operator: `ADDRESS:PORT` for the udp backend,

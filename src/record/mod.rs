@@ -4,7 +4,8 @@
 //! decides what each datagram is and `accounting` counts frames per VDIF second and thread;
 //! the `writer` moves the ring to disk; the `recorder` validates its `config`, sets these up and
 //! wires them together. The threads share only `shared` (flags, counters, the ring) and
-//! publish `stats`; `status` serves those snapshots over HTTP without ever blocking the capture.
+//! publish `stats`; `status` serves those snapshots over HTTP without ever blocking the capture,
+//! with how full the disks are (`diskspace`, asked of their file systems by the status thread).
 //!
 //! Uses `vdif` (and the small `units`, `affinity`); never `analysis` or `tools`.
 
@@ -13,6 +14,7 @@ pub mod capture;
 pub mod classify;
 pub mod config;
 pub mod diskio;
+pub mod diskspace;
 pub mod recorder;
 pub mod ring;
 pub mod scan;

@@ -72,17 +72,13 @@ fn check_target(t: &Target) -> Result<(), RecordError> {
             if p.exists() {
                 return Err(RecordError::OutputExists(p.clone()));
             }
-            let dir = p
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .map_or(PathBuf::from("."), |d| d.to_path_buf());
-            ("path", dir)
+            ("path", t.dir())
         }
         Target::Dir { dir, .. } => {
             if dir.exists() && !dir.is_dir() {
                 return Err(RecordError::NotADirectory(dir.clone()));
             }
-            ("directory", dir.clone())
+            ("directory", t.dir())
         }
     };
     if !dir.is_dir() {
@@ -554,7 +550,14 @@ impl Recorder {
             }
         }
         if let Some(addr) = rec.config.status_listen {
-            match crate::record::status::StatusServer::start(addr, rec.shareds()) {
+            // Absolute, as a control room reads them (the status never changes directory).
+            let disks = rec
+                .config
+                .disk_dirs()
+                .into_iter()
+                .map(|d| std::path::absolute(&d).unwrap_or(d))
+                .collect();
+            match crate::record::status::StatusServer::start(addr, rec.shareds(), disks) {
                 Ok(server) => rec.status = Some(server),
                 Err(source) => {
                     rec.stop();

@@ -54,6 +54,8 @@ struct Common {
     frames_buffered: AtomicU64,
     /// Senders in order of first arrival, over every stream (their keys, `capture::sender_key`).
     senders: Mutex<Vec<u64>>,
+    /// The scan being written (from its start until its tail is on disk), for the status.
+    scan: Mutex<Option<String>>,
 }
 
 /// State shared by the recorder, the capture thread, the writer thread and the status server
@@ -118,6 +120,7 @@ impl Shared {
             frames_limit: AtomicU64::new(u64::MAX),
             frames_buffered: AtomicU64::new(0),
             senders: Mutex::new(Vec::new()),
+            scan: Mutex::new(None),
         });
         Shared::with_common(has_writer, common)
     }
@@ -293,6 +296,17 @@ impl Shared {
             Some(_) => "an IPv6 sender".into(),
             None => "unknown".into(),
         }
+    }
+
+    // -- scans ----------------------------------------------------------------------------
+
+    /// The scan now written (its name on disk), or None once it is closed: set by the scan
+    /// gate as the scan starts and ends, read by the status.
+    pub fn set_scan(&self, name: Option<String>) {
+        *self.common.scan.lock().unwrap() = name;
+    }
+    pub fn scan(&self) -> Option<String> {
+        self.common.scan.lock().unwrap().clone()
     }
 
     // -- what the threads report ------------------------------------------------------

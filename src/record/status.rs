@@ -4,8 +4,10 @@
 //! It serves the snapshots the engine publishes: reading them never blocks the capture (the
 //! capture skips a publication rather than wait for a reader). One connection at a time, one
 //! request per connection, bounded reads and timeouts, so a slow or hostile client costs at
-//! most a second of status, never a frame.
+//! most a second of status, never a frame. How full the disks are is asked of their file
+//! systems here, per request (`diskspace`), never on the recording's threads.
 
+use crate::record::diskspace::{self, DiskSpace};
 use crate::record::shared::{stats_of, Shared};
 use crate::record::stats::Stats;
 use crate::vdif::time::{utc_unix, VdifTime};
@@ -13,6 +15,7 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -34,6 +37,12 @@ pub struct Rates {
 #[derive(Serialize)]
 struct Status<'a> {
     state: &'a str,
+    /// The scan being written (from its start until its tail is on disk); null between scans
+    /// and for a continuous recording.
+    scan: Option<String>,
+    /// Fill of the fullest disk (0..1); null when monitoring.
+    disk_fill: Option<f64>,
+    disks: &'a [DiskSpace],
     start_time: String,
     start_unix: f64,
     /// UTC of the newest frame received.
@@ -54,8 +63,13 @@ pub struct StatusServer {
 }
 
 impl StatusServer {
-    /// Serves the streams' state (the first stream's times and rows, every stream's counters).
-    pub fn start(addr: SocketAddr, shared: Vec<Arc<Shared>>) -> std::io::Result<StatusServer> {
+    /// Serves the streams' state (the first stream's times and rows, every stream's counters)
+    /// and how full `disks` are (the directories the recording writes to).
+    pub fn start(
+        addr: SocketAddr,
+        shared: Vec<Arc<Shared>>,
+        disks: Vec<PathBuf>,
+    ) -> std::io::Result<StatusServer> {
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let local = listener.local_addr()?;
@@ -63,7 +77,7 @@ impl StatusServer {
         let stop2 = stop.clone();
         let handle = std::thread::Builder::new()
             .name("vdifrec-status".into())
-            .spawn(move || serve(listener, shared, &stop2))?;
+            .spawn(move || serve(listener, shared, disks, &stop2))?;
         Ok(StatusServer {
             stop,
             handle: Some(handle),
@@ -81,7 +95,7 @@ impl Drop for StatusServer {
     }
 }
 
-fn serve(listener: TcpListener, shared: Vec<Arc<Shared>>, stop: &AtomicBool) {
+fn serve(listener: TcpListener, shared: Vec<Arc<Shared>>, disks: Vec<PathBuf>, stop: &AtomicBool) {
     crate::affinity::name_current("vdifrec-status");
     let samples: Mutex<Vec<(Instant, u64, u64, u64)>> = Mutex::new(Vec::new());
     let mut last_sample = Instant::now() - SAMPLE_EVERY;
@@ -93,7 +107,7 @@ fn serve(listener: TcpListener, shared: Vec<Arc<Shared>>, stop: &AtomicBool) {
         match listener.accept() {
             Ok((stream, _)) => {
                 let rates = rates(&samples);
-                let _ = handle(stream, &shared, rates);
+                let _ = handle(stream, &shared, &disks, rates);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(5));
@@ -135,7 +149,12 @@ fn rates(samples: &Mutex<Vec<(Instant, u64, u64, u64)>>) -> Rates {
     }
 }
 
-fn handle(mut stream: TcpStream, shared: &[Arc<Shared>], rates: Rates) -> std::io::Result<()> {
+fn handle(
+    mut stream: TcpStream,
+    shared: &[Arc<Shared>],
+    disks: &[PathBuf],
+    rates: Rates,
+) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(1)))?;
     stream.set_write_timeout(Some(Duration::from_secs(1)))?;
@@ -158,11 +177,15 @@ fn handle(mut stream: TcpStream, shared: &[Arc<Shared>], rates: Rates) -> std::i
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
     let (code, kind, body) = match (method, path) {
-        ("GET", "/status") => ("200 OK", "application/json", status_json(shared, rates)),
+        ("GET", "/status") => (
+            "200 OK",
+            "application/json",
+            status_json(shared, &diskspace::disks_now(disks), rates),
+        ),
         ("GET", "/metrics") => (
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
-            metrics(shared),
+            metrics(shared, &diskspace::disks_now(disks)),
         ),
         ("GET", "/") => (
             "200 OK",
@@ -197,8 +220,8 @@ fn iso(unix: f64) -> String {
     .iso()
 }
 
-/// The JSON document of `GET /status`.
-pub fn status_json(streams: &[Arc<Shared>], rates: Rates) -> String {
+/// The JSON document of `GET /status`, with `disks` as their file systems report them now.
+pub fn status_json(streams: &[Arc<Shared>], disks: &[DiskSpace], rates: Rates) -> String {
     let shared = &streams[0];
     let stats = stats_of(streams);
     let vdif_time = stats.capture.latest_frame.map(|f| {
@@ -207,6 +230,9 @@ pub fn status_json(streams: &[Arc<Shared>], rates: Rates) -> String {
     });
     let doc = Status {
         state: stats.state,
+        scan: shared.scan(),
+        disk_fill: diskspace::fullest(disks),
+        disks,
         start_time: iso(shared.started_unix()),
         start_unix: shared.started_unix(),
         vdif_time,
@@ -225,8 +251,16 @@ fn labelled(v: &[(String, f64)]) -> Vec<(&str, f64)> {
     v.iter().map(|(l, x)| (l.as_str(), *x)).collect()
 }
 
-/// The Prometheus text exposition of `GET /metrics`.
-pub fn metrics(streams: &[Arc<Shared>]) -> String {
+/// A label value as the text exposition writes it (`\`, `"` and newlines escaped).
+fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The Prometheus text exposition of `GET /metrics`, with `disks` as their file systems
+/// report them now.
+pub fn metrics(streams: &[Arc<Shared>], disks: &[DiskSpace]) -> String {
     let shared = &streams[0];
     let s = stats_of(streams);
     let c = &s.capture;
@@ -372,6 +406,35 @@ pub fn metrics(streams: &[Arc<Shared>]) -> String {
         "Files completed so far.",
         &[("", s.files_closed as f64)],
     );
+    // Each disk the recording writes to, labelled by its directory (none when monitoring; a
+    // disk whose file system could not be asked has no sample: /status says why).
+    let per_disk = |f: fn(&DiskSpace) -> Option<f64>| -> Vec<(String, f64)> {
+        disks
+            .iter()
+            .filter_map(|d| Some((format!("{{disk=\"{}\"}}", label_value(&d.path)), f(d)?)))
+            .collect()
+    };
+    let fill = per_disk(|d| d.fill);
+    metric(
+        "vdifrec_disk_fill_ratio",
+        "gauge",
+        "Fraction of the disk's file system in use, used / (used + free to the recorder), as df's Use%; per disk (directory).",
+        &labelled(&fill),
+    );
+    let free = per_disk(|d| d.free_bytes.map(|b| b as f64));
+    metric(
+        "vdifrec_disk_free_bytes",
+        "gauge",
+        "Bytes the recorder may still write on the disk's file system, per disk (directory).",
+        &labelled(&free),
+    );
+    let size = per_disk(|d| d.size_bytes.map(|b| b as f64));
+    metric(
+        "vdifrec_disk_size_bytes",
+        "gauge",
+        "Size of the disk's file system, per disk (directory).",
+        &labelled(&size),
+    );
     metric(
         "vdifrec_start_time_seconds",
         "gauge",
@@ -409,4 +472,71 @@ pub fn metrics(streams: &[Arc<Shared>]) -> String {
         &[("", c.capture_cpu_s)],
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn disk(path: &str, fill: Option<f64>) -> DiskSpace {
+        DiskSpace {
+            path: path.into(),
+            size_bytes: fill.map(|_| 4000),
+            used_bytes: fill.map(|f| (4000.0 * f) as u64),
+            free_bytes: fill.map(|f| (4000.0 * (1.0 - f)) as u64),
+            fill,
+            error: fill
+                .is_none()
+                .then(|| "No such file or directory (os error 2)".into()),
+        }
+    }
+
+    #[test]
+    fn the_scan_and_the_fullest_disk_are_served() {
+        let shared = vec![Arc::new(Shared::new(true))];
+        let disks = [
+            disk("/mnt/disk0", Some(0.25)),
+            disk("/mnt/disk \"1\"", Some(0.75)),
+            disk("/mnt/gone", None),
+        ];
+        shared[0].set_scan(Some("ev001_Kv_scan1".into()));
+        let doc: serde_json::Value =
+            serde_json::from_str(&status_json(&shared, &disks, Rates::default())).unwrap();
+        assert_eq!(doc["scan"], "ev001_Kv_scan1");
+        assert_eq!(doc["disk_fill"], 0.75);
+        assert_eq!(doc["disks"][0]["path"], "/mnt/disk0");
+        assert_eq!(doc["disks"][0]["size_bytes"], 4000);
+        assert_eq!(doc["disks"][0]["used_bytes"], 1000);
+        assert_eq!(doc["disks"][0]["free_bytes"], 3000);
+        assert_eq!(doc["disks"][0]["error"], serde_json::Value::Null);
+        assert_eq!(doc["disks"][2]["fill"], serde_json::Value::Null);
+        assert!(doc["disks"][2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("No such file"));
+        let m = metrics(&shared, &disks);
+        assert!(m.contains("\nvdifrec_disk_fill_ratio{disk=\"/mnt/disk0\"} 0.25\n"));
+        assert!(m.contains("\nvdifrec_disk_fill_ratio{disk=\"/mnt/disk \\\"1\\\"\"} 0.75\n"));
+        assert!(m.contains("\nvdifrec_disk_free_bytes{disk=\"/mnt/disk0\"} 3000\n"));
+        assert!(m.contains("\nvdifrec_disk_size_bytes{disk=\"/mnt/disk0\"} 4000\n"));
+        assert!(!m.contains("/mnt/gone"));
+    }
+
+    #[test]
+    fn monitoring_has_no_scan_and_no_disks() {
+        let shared = vec![Arc::new(Shared::new(false))];
+        let doc: serde_json::Value =
+            serde_json::from_str(&status_json(&shared, &[], Rates::default())).unwrap();
+        assert_eq!(doc["scan"], serde_json::Value::Null);
+        assert_eq!(doc["disk_fill"], serde_json::Value::Null);
+        assert_eq!(doc["disks"], serde_json::json!([]));
+        // The families are there (a scrape config may name them), without samples.
+        let m = metrics(&shared, &[]);
+        assert!(m.contains("# TYPE vdifrec_disk_fill_ratio gauge\n# HELP vdifrec_disk_free_bytes"));
+        assert!(!m.contains("{disk="));
+        // A scan that ended is no longer named.
+        shared[0].set_scan(Some("s".into()));
+        shared[0].set_scan(None);
+        assert_eq!(shared[0].scan(), None);
+    }
 }

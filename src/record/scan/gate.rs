@@ -76,6 +76,8 @@ pub struct Gate {
     commands: Sender<Command>,
     board: Arc<(Mutex<Board>, Condvar)>,
     handle: Option<JoinHandle<()>>,
+    /// The first stream's state, where the status reads the running scan's name.
+    shared: Arc<Shared>,
 }
 
 impl Gate {
@@ -87,6 +89,7 @@ impl Gate {
     ) -> std::io::Result<Gate> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let board = Arc::new((Mutex::new(Board::default()), Condvar::new()));
+        let shared = streams[0].1.clone();
         let b = board.clone();
         let handle = std::thread::Builder::new()
             .name("vdifrec-gate".into())
@@ -120,6 +123,7 @@ impl Gate {
             commands: tx,
             board,
             handle: Some(handle),
+            shared,
         })
     }
 
@@ -129,7 +133,10 @@ impl Gate {
     }
 
     pub fn start_scan(&self, plan: ScanPlan) {
-        self.board.0.lock().unwrap().active = Some(plan.name.clone());
+        let mut b = self.board.0.lock().unwrap();
+        b.active = Some(plan.name.clone());
+        self.shared.set_scan(Some(plan.name.clone()));
+        drop(b);
         let _ = self.commands.send(Command::Start(Box::new(plan)));
     }
 
@@ -478,6 +485,7 @@ impl GateLoop {
         let mut b = m.lock().unwrap();
         b.finished.push(s);
         b.active = None;
+        self.inputs[0].shared.set_scan(None);
         cv.notify_all();
     }
 
