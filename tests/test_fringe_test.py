@@ -19,7 +19,7 @@ from baseband import vdif
 
 import vdifrec
 
-pytest.importorskip("dask")
+dask = pytest.importorskip("dask")
 distributed = pytest.importorskip("distributed")
 import vdifrec.dask as vd  # noqa: E402 - after the skip
 
@@ -122,10 +122,47 @@ def test_bad_arguments_name_themselves(stations: dict[str, Path]) -> None:
         (dict(stations=pair, seconds=0.0), "seconds"),
         (dict(stations=pair, stretches=0), "stretches"),
         (dict(stations=pair, snr_threshold=0), "snr_threshold"),
-        (dict(stations=pair, clock_offset={"Ku": 5.0}), "overlap"),
     ]:
         with pytest.raises(ValueError, match=name):
             vd.fringe_test(**kwargs)
+
+
+def test_a_station_of_another_time_is_a_row_saying_so_and_the_others_are_correlated(
+        stations: dict[str, Path], tmp_path: Path, cli) -> None:
+    late = make_station(cli, tmp_path / "Kz.vdif", 1010, 0.5, 0, 16, station="Kz")
+    df = vd.fringe_test({"Kv": stations["Kv"], "Ku": stations["Ku"], "Kz": late}, seconds=0.2, nfft=256)
+    rows = {r.baseline: r for r in df.itertuples()}
+    assert rows["Kv-Ku"].detected and rows["Kv-Ku"].delay_samples == 7 and rows["Kv-Ku"].note == ""
+    for name in ("Kv-Kz", "Ku-Kz"):
+        assert not rows[name].detected and rows[name].fringe is None and rows[name].seconds == 0
+        assert rows[name].note.startswith("no overlap in time")
+    r = cli("fringe-test", str(stations["Kv"]), str(stations["Ku"]), str(late), "--seconds", "0.2", "--nfft", "256")
+    assert r.returncode == 1
+    assert "Kv-Kz      no data: no overlap in time" in r.stdout
+
+
+def drop_frames(src: Path, dst: Path, first: int, count: int, frame_size: int = 8224) -> Path:
+    data = src.read_bytes()
+    dst.write_bytes(data[: first * frame_size] + data[(first + count) * frame_size :])
+    return dst
+
+
+def test_frames_lost_shift_nothing_and_their_stretches_are_left_out(stations: dict[str, Path], tmp_path: Path) -> None:
+    # Ku loses 10 frames early on and 40 in the middle. Counted by position, every sample
+    # after a gap would be out of step with Kv; found by time, only the stretches holding a
+    # gap are left out.
+    lossy = drop_frames(stations["Ku"], tmp_path / "Ku_a.vdif", 10, 10)
+    lossy = drop_frames(lossy, tmp_path / "Ku_b.vdif", 1000, 40)
+    whole = vd.fringe_test({"Kv": stations["Kv"], "Ku": stations["Ku"]}, nfft=256).iloc[0]
+    (row,) = vd.fringe_test({"Kv": stations["Kv"], "Ku": lossy}, nfft=256).itertuples()
+    assert row.detected and row.delay_samples == 7 and row.fringe_rate == 0.0
+    assert row.amplitude == pytest.approx(whole.amplitude, abs=0.01)
+    # 16 stretches of 1.5 s: the two gaps fall in two of them.
+    assert row.note == "2 of 16 stretches left out: frames missing"
+    assert row.seconds == pytest.approx(whole.seconds * 14 / 16, rel=1e-9)
+    # Every stretch lacking frames: a row that says so.
+    (row,) = vd.fringe_test({"Kv": stations["Kv"], "Ku": lossy}, nfft=256, seconds=0.2, stretches=1).itertuples()
+    assert row.fringe is None and not row.detected and row.note.startswith("every stretch")
 
 
 def test_on_a_local_cluster_the_same_rows_and_the_cli(stations: dict[str, Path], tmp_path: Path, cli) -> None:
@@ -206,7 +243,10 @@ def test_hosts_place_each_files_tasks_on_the_workers_of_its_host(tmp_path: Path)
                                            "dashboard_address": None}}
                for h in ("rec0", "rec1")}
     scheduler = {"cls": distributed.Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": None}}
-    with distributed.SpecCluster(workers=workers, scheduler=scheduler) as cluster, distributed.Client(cluster) as client:
+    # Placement is a preference: an idle worker may steal a task from a busy one. Without
+    # stealing, each task runs where the hint puts it, which is what is tested here.
+    with dask.config.set({"distributed.scheduler.work-stealing": False}), \
+            distributed.SpecCluster(workers=workers, scheduler=scheduler) as cluster, distributed.Client(cluster) as client:
         for hosts in ({files[0]: "rec0", files[1]: "rec1"}, {files[0]: "rec1", files[1]: "rec0"}):
             client.restart()  # fresh counts in every worker (new processes, new addresses)
             client.wait_for_workers(2, timeout=60)

@@ -130,12 +130,16 @@ def run_fringe_test(a: argparse.Namespace) -> int:
         if client is not None:
             client.close()
     if a.json:
-        print(json.dumps([{k: v for k, v in row.items() if k != "fringe"} for row in df.to_dict("records")]))
+        rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items() if k != "fringe"}
+                for row in df.to_dict("records")]
+        print(json.dumps(rows))
     else:
         _print_table(df)
     if a.plot:
         stem, ext = os.path.splitext(a.plot)
         for row in df.itertuples():
+            if row.fringe is None:
+                continue
             row.fringe.plot(f"{stem}-{row.baseline}{ext or '.png'}", title=f"fringe {row.baseline} (input {row.channel})")
     return OK if bool(df["detected"].all()) else NO_FRINGE
 
@@ -144,9 +148,13 @@ def _print_table(df: Any) -> None:
     print(f"{'baseline':<10} {'delay':>9} {'delay ns':>12} {'amplitude':>10} {'phase':>8} {'SNR':>8} "
           f"{'rate mHz':>9} {'input':>5}  verdict")
     for r in df.itertuples():
+        if r.fringe is None:
+            print(f"{r.baseline:<10} no data: {r.note}")
+            continue
         ns = f"{r.delay_seconds * 1e9:.3f}" if r.delay_seconds is not None else "?"
         rate = f"{r.fringe_rate * 1e3:.2f}" if r.fringe_rate is not None else "-"
+        note = f"  ({r.note})" if r.note else ""
         print(f"{r.baseline:<10} {r.delay_samples:>9} {ns:>12} {r.amplitude:>10.5f} {math.degrees(r.phase):>8.2f} "
-              f"{r.snr:>8.1f} {rate:>9} {r.channel:>5}  {verdict(r.fringe)}")
-    seconds = float(df["seconds"].min())
-    print(f"{len(df)} baseline(s), {int(df['detected'].sum())} with fringes; {seconds:g} s correlated per baseline")
+              f"{r.snr:>8.1f} {rate:>9} {r.channel:>5}  {verdict(r.fringe)}{note}")
+    seconds = float(df["seconds"].max())
+    print(f"{len(df)} baseline(s), {int(df['detected'].sum())} with fringes; up to {seconds:g} s correlated per baseline")

@@ -16,12 +16,14 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from dask.base import compute
 from dask.delayed import delayed
 
 from . import _core
-from ._dask_tasks import Hosts, _host_table, _placed, _reading
+from ._dask_tasks import Hosts, _host_table, _placed, _reading, first_sample
 from .quality import DEFAULT_SNR_THRESHOLD, Fringe, _fringe_of, _search_options, _segment
+from .reader import Reader
 from .reader import open as open_reader
 
 #: Stretches of time a baseline is cut into for the fringe-rate search, when the overlap holds
@@ -31,14 +33,17 @@ DEFAULT_STRETCHES = 16
 
 @dataclasses.dataclass(frozen=True)
 class _Station:
-    """One station's recording as the fringe test sees it."""
+    """One station's recording as the fringe test sees it. Times are samples on the absolute
+    axis of `first_sample` (since the POSIX epoch, at the sample rate)."""
 
     name: str
     path: str
-    #: Its first sample on a common axis: samples since the POSIX epoch at the sample rate,
-    #: with the station's clock offset taken off (true time, not the station's stamps).
+    #: The station's clock offset in samples: its stamp for true time t reads t + shift.
+    shift: int
+    #: First sample and just after the last, true time (by the first and last headers, so
+    #: that frames lost in between do not move the end).
     start: int
-    samples: int
+    stop: int
     rate: float
     inputs: int
     complex: bool
@@ -47,25 +52,67 @@ class _Station:
 def _station(name: str, path: str, clock_offset: float, open_kwargs: dict[str, Any]) -> _Station:
     with open_reader(path, **open_kwargs) as fh:
         rate = fh.sample_rate
-        whole, _ = fh.header0.unix_time(fh.frame_rate)
-        # Frame-exact: whole seconds and the frame number, no floating-point time.
-        first = whole * round(rate) + fh.header0.frame_nr * int(fh.samples_per_frame)
+        shift = round(clock_offset * rate)
+        sets = fh.shape[0] // int(fh.samples_per_frame)
         return _Station(
             name=name,
             path=path,
-            start=first - round(clock_offset * rate),
-            samples=int(fh.shape[0]),
+            shift=shift,
+            start=first_sample(fh) - shift,
+            stop=_set_time(fh, sets - 1) + int(fh.samples_per_frame) - shift,
             rate=rate,
             inputs=len(fh.thread_ids) * fh.header0.nchan,
             complex=fh.complex_data,
         )
 
 
+def _set_time(fh: Reader, j: int) -> int:
+    """The time of frame set ``j`` of the reader (the first frame's header of the set)."""
+    k = j * len(fh.thread_ids)
+    for part in fh.frame_parts:
+        if k < len(part):
+            h = _core.Header.from_bytes(bytes(part[k, :32]), verify=False)
+            whole, _ = h.unix_time(fh.frame_rate)
+            return int(whole) * round(fh.sample_rate) + h.frame_nr * int(fh.samples_per_frame)
+        k -= len(part)
+    raise IndexError(f"frame set {j} is past the end of {fh.name}")
+
+
+def _sample_at(fh: Reader, at: int) -> int | None:
+    """Where time ``at`` is in the reader's samples, found by the frames' VDIF time (a binary
+    search over the frame sets' headers, which rise in time), so that frames lost before it
+    move nothing; None when no frame holds it."""
+    spf = int(fh.samples_per_frame)
+    frame_time, within = at - at % spf, at % spf
+    lo, hi = 0, fh.shape[0] // spf
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _set_time(fh, mid) < frame_time:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo == fh.shape[0] // spf or _set_time(fh, lo) != frame_time:
+        return None
+    return lo * spf + within
+
+
+def _window(fh: Reader, at: int, n: int) -> int | None:
+    """The first of ``n`` samples from time ``at``, if the reader holds all of them without a
+    gap: the last is as far from the first in the file as in time."""
+    first, last = _sample_at(fh, at), _sample_at(fh, at + n - 1)
+    return first if first is not None and last == first + n - 1 else None
+
+
 def _cross_part(
-    path_a: str, path_b: str, open_kwargs: dict[str, Any], ia: int, ib: int, nfft: int, start_a: int, start_b: int, ffts: int
-) -> _core._Sums:
-    """In the worker: one stretch of one baseline, as summed cross and auto spectra."""
+    path_a: str, path_b: str, open_kwargs: dict[str, Any], ia: int, ib: int, nfft: int, at_a: int, at_b: int, ffts: int
+) -> _core._Sums | None:
+    """In the worker: one stretch of one baseline, from time ``at_a`` of a's stamps and
+    ``at_b`` of b's, as summed cross and auto spectra; None when a frame of it is missing."""
     with _reading(path_a, open_kwargs) as a, _reading(path_b, open_kwargs) as b:
+        n = ffts * _segment(nfft, a.complex_data)
+        start_a, start_b = _window(a, at_a, n), _window(b, at_b, n)
+        if start_a is None or start_b is None:
+            return None
         return a._core.cross_sums(b._core, ia, ib, nfft, start_a, start_b, ffts)
 
 
@@ -175,7 +222,12 @@ def fringe_test(
         for one stretch), ``channel``, ``snr_by_channel``, ``start`` (POSIX seconds of the
         first sample correlated, true time), ``seconds`` (time correlated), ``tones_excluded``
         (spectral channels left out) and ``fringe`` (the :class:`vdifrec.Fringe`, with
-        ``.plot()``).
+        ``.plot()``; None when nothing could be correlated), ``note`` (why: no overlap in
+        time, or stretches left out because frames were missing).
+
+    Each stretch of time is found in each file by its frames' VDIF time, so frames lost
+    before it shift nothing; a stretch in which either station lacks a frame is left out
+    (the fringe-rate search sees a hole in time there) and counted in ``note``.
     """
     import pandas as pd
 
@@ -203,19 +255,17 @@ def fringe_test(
     plans = []  # (a, b, t0, ffts per stretch, stretch count, tasks per channel)
     for a, b in itertools.combinations(st, 2):
         t0 = max(a.start, b.start)
-        n = min(a.start + a.samples, b.start + b.samples) - t0
+        n = min(a.stop, b.stop) - t0
         if want is not None:
             n = min(n, round(want * rate))
         ffts = max(n, 0) // seg
-        if ffts < 1:
-            raise ValueError(f"stations: {a.name} and {b.name} overlap by {max(n, 0) / rate:.9f} s, less than one "
-                             f"FFT of {seg} samples: give recordings of the same time (or the right clock_offset)")
         k = min(stretches or DEFAULT_STRETCHES, ffts)
-        per = ffts // k
+        per = ffts // k if k else 0
         with _placed(table, a.path):
+            # Each stretch is placed by time in each file (the stamps: true time + shift).
             tasks = {
                 c: [delayed(_cross_part, pure=True)(a.path, b.path, open_kwargs, c, c, nfft,
-                                                    t0 - a.start + j * per * seg, t0 - b.start + j * per * seg, per)
+                                                    t0 + j * per * seg + a.shift, t0 + j * per * seg + b.shift, per)
                     for j in range(k)]
                 for c in chans
             }
@@ -224,18 +274,26 @@ def fringe_test(
 
     rows = []
     for (a, b, t0, per, k, _), by_channel in zip(plans, sums):
+        row: dict[str, Any] = {"baseline": f"{a.name}-{b.name}", "station_a": a.name, "station_b": b.name,
+                               "start": t0 / round(rate)}
+        lost = sum(p is None for p in by_channel[chans[0]]) if k else 0
+        if k == 0 or lost == k:
+            rows.append({**row, **_no_fringe(snr_threshold), "seconds": 0.0, "note": (
+                f"no overlap in time (less than one FFT of {seg} samples)" if k == 0
+                else f"every stretch of the overlap lacks frames of {a.name} or {b.name}")})
+            continue
         found: dict[int, Fringe] = {}
         for c, parts in by_channel.items():
-            if any(p[3] != per for p in parts):
+            empty = (np.zeros(nfft, np.complex128), np.zeros(nfft), np.zeros(nfft), 0)
+            if any(p is not None and p[3] != per for p in parts):
                 raise RuntimeError(f"{a.name}-{b.name}: a stretch came back short: the recordings changed while read?")
-            result = _core.fringe_of_parts(list(parts), cplx, exclude_tones=bool(exclude_tones), max_lag=max_delay)
+            result = _core.fringe_of_parts([empty if p is None else p for p in parts], cplx,
+                                           exclude_tones=bool(exclude_tones), max_lag=max_delay)
             found[c] = _fringe_of(result, nfft, cplx, rate, snr_threshold, per * seg / rate if k > 1 else None)
         best = max(found, key=lambda c: found[c].snr)
         f = found[best]
         rows.append({
-            "baseline": f"{a.name}-{b.name}",
-            "station_a": a.name,
-            "station_b": b.name,
+            **row,
             "delay_samples": f.delay_samples,
             "delay_seconds": f.delay,
             "amplitude": f.amplitude,
@@ -245,9 +303,20 @@ def fringe_test(
             "fringe_rate": f.fringe_rate,
             "channel": best,
             "snr_by_channel": {c: found[c].snr for c in found},
-            "start": t0 / round(rate),
-            "seconds": per * k * seg / rate,
+            "seconds": per * (k - lost) * seg / rate,
             "tones_excluded": len(f.excluded_channels),
+            "note": f"{lost} of {k} stretches left out: frames missing" if lost else "",
             "fringe": f,
         })
-    return pd.DataFrame(rows)
+    columns = ["baseline", "station_a", "station_b", "delay_samples", "delay_seconds", "amplitude", "phase", "snr",
+               "detected", "fringe_rate", "channel", "snr_by_channel", "start", "seconds", "tones_excluded", "note",
+               "fringe"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _no_fringe(snr_threshold: float) -> dict[str, Any]:
+    """A baseline's row when there was nothing to correlate."""
+    nan = math.nan
+    return {"delay_samples": None, "delay_seconds": None, "amplitude": nan, "phase": nan, "snr": nan,
+            "detected": False, "fringe_rate": None, "channel": None, "snr_by_channel": {}, "tones_excluded": 0,
+            "fringe": None}

@@ -60,15 +60,33 @@ def _reading(path: str, open_kwargs: dict[str, Any]) -> Iterator[Reader]:
 def _reader(path: str, open_kwargs: dict[str, Any]) -> Reader:
     """The worker thread's open reader of ``path``, counted as one task's read of it."""
     _count(path)
-    cache: dict[Any, Reader] = getattr(_readers, "cache", None) or {}
+    cache: dict[Any, tuple[Reader, Any]] = getattr(_readers, "cache", None) or {}
     _readers.cache = cache
     key = (path, repr(sorted(open_kwargs.items())))
-    fh = cache.get(key)
-    if fh is None:
+    stamp = _file_stamp(path)
+    if key in cache and cache[key][1] != stamp:  # replaced or grown since: read it afresh
+        cache.pop(key)[0].close()
+    if key not in cache:
         if len(cache) >= MAX_OPEN_READERS:
-            cache.pop(next(iter(cache))).close()
-        fh = cache[key] = open_reader(path, **open_kwargs)
-    return fh
+            cache.pop(next(iter(cache)))[0].close()
+        cache[key] = (open_reader(path, **open_kwargs), stamp)
+    return cache[key][0]
+
+
+def _file_stamp(path: str) -> tuple[int, int, int] | None:
+    """What tells a file replaced or grown (inode, size, mtime); None for a scan's name."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def first_sample(fh: Reader) -> int:
+    """The reader's first sample on an absolute axis, frame-exact: samples since the POSIX
+    epoch at the stream's sample rate, from the first header's whole seconds and frame number."""
+    whole, _ = fh.header0.unix_time(fh.frame_rate)
+    return int(whole) * round(fh.sample_rate) + fh.header0.frame_nr * int(fh.samples_per_frame)
 
 
 def _workers_on(host: str) -> list[str] | None:
@@ -81,7 +99,11 @@ def _workers_on(host: str) -> list[str] | None:
         client = get_client()
     except (ImportError, ValueError):
         return None
-    workers: dict[str, Any] = client.scheduler_info(n_workers=-1)["workers"]
+    try:
+        info = client.scheduler_info(n_workers=-1)  # all workers (newer distributed lists 5 by default)
+    except TypeError:
+        info = client.scheduler_info()
+    workers: dict[str, Any] = info["workers"]
     named = [addr for addr, w in workers.items() if host in (w.get("resources") or {})]
     if named:
         return named

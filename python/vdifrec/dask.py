@@ -25,7 +25,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("vdifrec.dask needs Dask: pip install 'vdifrec[dask]' (dask[array], distributed, pandas)") from exc
 
 from ._dask_fringe import fringe_test
-from ._dask_tasks import Hosts, _count, _host_table, _placed, _reading, files_read
+from ._dask_tasks import Hosts, _count, _host_table, _placed, _reading, files_read, first_sample
 from .files import check as check_file
 from .quality import _LEVELS, BitStats, Spectrum, _expected_fractions, _frame_states, _freq, _need_one_fft, _segment
 from .quality import find_tones as find_tones_of
@@ -45,6 +45,8 @@ class _Part:
     path: str
     samples: int
     start: _dt.datetime
+    #: First sample on the absolute axis of `first_sample` (frame-exact).
+    first: int
 
 
 def _read(path: str, open_kwargs: dict[str, Any], start: int, count: int) -> npt.NDArray[Any]:
@@ -86,7 +88,6 @@ def _names(paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[s
 def open(  # noqa: A001 - as vdifrec.open
     paths_or_scans: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     chunk_frames: int | None = None,
-    hosts: Hosts | None = None,
     **open_kwargs: Any,
 ) -> da.Array:
     """A lazy Dask array of one stream's samples, shaped exactly as ``vdifrec.open(...).read()``.
@@ -96,13 +97,11 @@ def open(  # noqa: A001 - as vdifrec.open
     paths_or_scans : str, os.PathLike or a list of them
         VDIF files, or scan names with ``disks=``. Several are one stream: they are put in time
         order (by their first frame) and concatenated; they must share the sample shape, type
-        and rate.
+        and rate, and each must start where the one before ends (frame-exact), so that the
+        time axis holds.
     chunk_frames : int, optional
         Frame sets per chunk (default 512). Chunks hold whole frames, so no frame is decoded
         twice; a file's last chunk may be shorter, and chunks never span two files.
-    hosts : mapping, optional
-        ``{path or scan: host}``: each file's chunks prefer the workers on its host (see
-        :func:`spectrum`).
     **open_kwargs
         Passed to :func:`vdifrec.open` in the client and in every worker: ``sample_rate``,
         ``disks``, ``format``, ``squeeze``.
@@ -132,18 +131,24 @@ def open(  # noqa: A001 - as vdifrec.open
                     f"paths_or_scans: {name} is not of the same stream as {names[0]} "
                     f"(sample shape, type, rate, samples per frame: {this} against {(shape, dtype, rate, spf)})"
                 )
-            parts.append(_Part(name, fh.shape[0], fh.start_time))
-    assert shape is not None and dtype is not None
-    parts.sort(key=lambda p: p.start)
+            parts.append(_Part(name, fh.shape[0], fh.start_time, first_sample(fh)))
+    if shape is None or dtype is None:
+        raise ValueError("paths_or_scans: give at least one file or scan")
+    parts.sort(key=lambda p: p.first)
+    for a, b in zip(parts, parts[1:]):
+        if b.first != a.first + a.samples:
+            gap = (b.first - a.first - a.samples) / rate
+            raise ValueError(
+                f"paths_or_scans: {b.path} starts {gap:+.9f} s from where {a.path} ends "
+                f"({'a gap' if gap > 0 else 'an overlap'}): these are not one stream; open them separately"
+            )
     step = int(chunk_frames * spf)
-    table = _host_table(hosts)
     blocks = []
     for p in parts:
-        with _placed(table, p.path):
-            for start in range(0, p.samples, step):
-                count = min(step, p.samples - start)
-                task = delayed(_read, pure=True)(p.path, open_kwargs, start, count)
-                blocks.append(da.from_delayed(task, shape=(count, *shape), dtype=dtype))
+        for start in range(0, p.samples, step):
+            count = min(step, p.samples - start)
+            task = delayed(_read, pure=True)(p.path, open_kwargs, start, count)
+            blocks.append(da.from_delayed(task, shape=(count, *shape), dtype=dtype))
     if blocks:
         array = da.concatenate(blocks, axis=0)
     else:
@@ -162,6 +167,8 @@ def _spectrum_part(path: str, open_kwargs: dict[str, Any], nfft: int, start: int
     how many were taken (a sum, so that parts add up exactly to the whole file's mean)."""
     with _reading(path, open_kwargs) as fh:
         power, taken = fh._core.spectrum(nfft, start, ffts)
+    if taken != ffts:
+        raise RuntimeError(f"{path}: {taken} FFTs where {ffts} were planned: the file changed while being read")
     return np.asarray(power, dtype=np.float64) * taken, int(taken)
 
 
@@ -189,7 +196,8 @@ def spectrum(
         ``{path or scan: host}``, where each file lies. Its tasks prefer the workers on that
         host: those started with a resource named after it (``dask worker SCHEDULER
         --resources "rec1=1"`` on the recorder ``rec1``), else those whose address is on it.
-        They run elsewhere only when no such worker can (the data then cross the network).
+        A preference: when those workers are gone, or busy while another is idle (Dask's
+        work stealing), a task runs elsewhere and its data cross the network.
     **open_kwargs
         Passed to :func:`vdifrec.open`: ``sample_rate``, ``disks``, ``format``.
     """
