@@ -231,14 +231,18 @@ def test_watch_fail_on_loss_exits_0_for_loss_from_before_the_watch(cleanup) -> N
     assert a.stats().frames_lost >= 20  # counted before the watch begins: not new
     dead = f"127.0.0.1:{free_tcp_port()}"
     r = run_cli("watch", address(a), address(b), dead, "--every", "0.2", "--count", "3", "--fail-on-loss", timeout=TIMEOUT)
-    assert r.returncode == 0, r.stdout + r.stderr
+    # No new loss, but a recorder that never answered cannot show that it lost nothing.
+    assert r.returncode == 1, r.stdout + r.stderr
     assert r.stderr == ""
     lines = r.stdout.splitlines()
     # --count bounds the polls: three lines per recorder, in the order given.
     seen = rows(lines)
     assert [(k, m["address"]) for k, m in seen] == [("row", address(a)), ("row", address(b)), ("silent", dead)] * 3
     assert all(sum(loss(m).values()) >= 20 for m in of(lines, address(a)))
-    assert lines[-1].endswith(f"no new loss during the watch (3 recorders, 3 polls); never answered: {dead}")
+    assert lines[-1].endswith(f"!!! FAIL: no new loss seen, but never answered: {dead} !!!")
+    r = run_cli("watch", address(a), address(b), "--every", "0.2", "--count", "2", "--fail-on-loss", timeout=TIMEOUT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1].endswith("no new loss during the watch (2 recorders, 2 polls)")
 
 
 def test_remote_statuses_reads_every_recorder_that_answers(cleanup) -> None:
@@ -310,8 +314,10 @@ def test_watch_shows_each_recorders_scan_and_disk_fill(tmp_path, cleanup) -> Non
 
 
 class _NotARecorder(http.server.BaseHTTPRequestHandler):
+    body = b"hello, this is no recorder\n"
+
     def do_GET(self) -> None:
-        body = b"hello, this is no recorder\n"
+        body = self.body
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))
@@ -343,11 +349,19 @@ def test_remote_statuses_a_hung_host_or_a_stranger_costs_its_timeout_not_the_cal
     doc = docs[address(a)]
     assert isinstance(doc, dict) and doc["state"] == "waiting"
     assert isinstance(docs[H], ConnectionError) and f"no status from http://{H}" in str(docs[H])
-    assert isinstance(docs[S], ConnectionError) and "not a JSON document" in str(docs[S])
+    assert isinstance(docs[S], ConnectionError) and "not a recorder's status document" in str(docs[S])
     # Bounded: twice the timeout and a second at most, whatever the hung host does.
     assert took < 2 * 0.5 + 1.0 + 5.0  # (and a margin for a slow host's thread start)
-    with pytest.raises(ConnectionError, match="not a JSON document"):
+    with pytest.raises(ConnectionError, match="not a recorder's status document"):
         vdifrec.RemoteStatus(S).status()
+    # JSON, but no recorder's: watch says so in that recorder's line and goes on.
+    json_stranger = http.server.HTTPServer(("127.0.0.1", 0), type("_JSON", (_NotARecorder,), {"body": b'{"state": "recording"}'}))
+    threading.Thread(target=json_stranger.serve_forever, daemon=True).start()
+    cleanup += [json_stranger.server_close, json_stranger.shutdown]
+    J = "127.0.0.1:%d" % json_stranger.server_address[1]
+    r = run_cli("watch", J, address(a), "--every", "0.2", "--count", "1", timeout=TIMEOUT)
+    assert r.returncode == 0 and r.stderr == "", r
+    assert f"{J}  !!! NO ANSWER: no status from http://{J}/status: the answer is not a recorder's status document" in r.stdout
     with pytest.raises(ConnectionError, match=f"no status from http://{H}"):
         vdifrec.RemoteStatus(H, timeout=0.5).metrics()
 

@@ -17,7 +17,8 @@ the others are still polled; a line says when it answers again.
 Either way, a loud line tells of new loss (by cause), of a stream that stopped, of a recorder
 that does not answer or that was restarted. --count bounds the polls; Ctrl-C or SIGTERM ends
 the watch. With --fail-on-loss the last line sums up the loss that appeared during the watch,
-by recorder and cause, and the exit status is 1 if there was any (0 if none).
+by recorder and cause, and the exit status is 1 if there was any, or if a recorder never
+answered (it cannot show that it lost nothing); 0 otherwise.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def add_watch(sub: Any) -> None:
     p.add_argument("--stalled-after", type=positive(), default=5.0,
                    help="call the stream stopped after this many seconds without packets (default 5)")
     p.add_argument("--fail-on-loss", action="store_true",
-                   help="end with a line summing up the loss seen during the watch; exit status 1 if any")
+                   help="end with a line summing up the loss seen during the watch; exit status 1 if any, "
+                        "or if a recorder never answered")
     p.set_defaults(func=run_watch)
 
 
@@ -174,8 +176,11 @@ def _summary(now: str, watched: list[_Watched], polls: int, out: TextIO) -> tupl
     if lossy:
         which = "; ".join(f"{a} {sum(n.values())} frames ({_by_cause(n)})" for a, n in lossy)
         return _loud(f"{now} !!! FAIL: new loss during the watch: {which}{unheard} !!!", out), 1
+    if never:
+        # A recorder that never answered cannot show that it lost nothing.
+        return _loud(f"{now} !!! FAIL: no new loss seen, but never answered: {', '.join(never)} !!!", out), 1
     n = len(watched)
-    return f"{now} no new loss during the watch ({n} recorder{'s' * (n > 1)}, {polls} polls){unheard}", 0
+    return f"{now} no new loss during the watch ({n} recorder{'s' * (n > 1)}, {polls} polls)", 0
 
 
 def run_watch(a: argparse.Namespace, out: TextIO | None = None) -> int:

@@ -65,10 +65,10 @@ class RemoteStatus:
             doc = json.loads(self._get("/status"))
         except ValueError:
             doc = None
-        if not isinstance(doc, dict):
+        if not isinstance(doc, dict) or not isinstance(doc.get("stats"), dict) or "state" not in doc:
             raise ConnectionError(
-                f"no status from {self.url}/status: the answer is not a JSON document; "
-                "is this a recorder's --status-listen address?"
+                f"no status from {self.url}/status: the answer is not a recorder's status document "
+                "(no state and stats); is this a recorder's --status-listen address?"
             )
         return doc
 
