@@ -114,6 +114,13 @@ def test_spectrum_by_map_reduce_equals_the_single_process_one(tmp_path: Path) ->
             distributed.Client(cluster):
         # 333 FFTs a task: the last task of each file is short.
         got = vd.spectrum(files, nfft=256, chunk_ffts=333, **kw)
+        # The bit statistics and the one-pass check on the cluster, too.
+        states = vd.bstate(files, chunk_frames=70, **kw)
+        checks = vd.check(files)
+    for f, b, c in zip(files, states, checks):
+        with vdifrec.open(f, **kw) as fh:
+            np.testing.assert_array_equal(b.counts, vdifrec.bstate(fh).counts)
+        assert c == vdifrec.check(f)
     for f, s in zip(files, got):
         with vdifrec.open(f, **kw) as fh:
             want = vdifrec.spectrum(fh, nfft=256)
