@@ -35,6 +35,7 @@ __all__ = [
     "disk_write_test",
     "find_tones",
     "fringe_of_parts",
+    "set_analysis_threads",
     "gather",
     "generate",
     "parse_size_arg",
@@ -277,6 +278,8 @@ def fringe_of_parts(
     """The fringe in stretches of time (in time order), searched over delay and fringe rate."""
 
 def find_tones(power: npt.NDArray[np.float64], threshold: float) -> list[tuple[float, float]]: ...
+def set_analysis_threads(threads: int) -> int:
+    """Limits the analyses this thread starts to ``threads`` threads (0: every CPU); returns the old limit."""
 def spectrum_frames(
     frames: npt.NDArray[np.uint8], nfft: int, nint: int | None = None
 ) -> tuple[npt.NDArray[np.float64], int, list[int]]:

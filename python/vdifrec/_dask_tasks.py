@@ -14,6 +14,7 @@ from typing import Any
 
 from dask.base import annotate
 
+from . import _core
 from .reader import Reader
 from .reader import open as open_reader
 
@@ -46,14 +47,19 @@ def _count(path: str) -> None:
 
 @contextlib.contextmanager
 def _reading(path: str, open_kwargs: dict[str, Any]) -> Iterator[Reader]:
-    """One task's use of the worker thread's open reader of ``path``, counted. When the task is
+    """One task's use of the worker thread's open reader of ``path``, counted, its analysis on
+    this one thread. When the task is
     done the reader lets go of the pages it touched: they stay in the page cache, but no longer
     count in the worker's resident memory, which its memory limit (pause at 80 %, restart at
     95 %) would otherwise read as a leak after a few GB of files."""
     fh = _reader(path, open_kwargs)
+    # Dask runs a task per thread it has (as many as CPUs, or as the worker was given): the
+    # task's Rust analysis keeps to its own thread, rather than start one per CPU again.
+    before = _core.set_analysis_threads(1)
     try:
         yield fh
     finally:
+        _core.set_analysis_threads(before)
         fh._core.release_pages()
 
 

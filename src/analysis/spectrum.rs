@@ -186,10 +186,30 @@ impl Work {
     }
 }
 
+thread_local! {
+    /// Threads an analysis started on this thread may use (0: every CPU).
+    static THREADS_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Limits the analyses started on the calling thread to `threads` threads (0: every CPU).
+/// A caller that already runs one analysis per CPU (a Dask worker's tasks) sets 1, so that
+/// each does not start as many threads again and oversubscribe the CPUs.
+pub fn set_threads_here(threads: usize) {
+    THREADS_HERE.with(|t| t.set(threads));
+}
+
+/// The calling thread's limit (see `set_threads_here`).
+pub fn threads_here() -> usize {
+    THREADS_HERE.with(|t| t.get())
+}
+
 /// Splits `segments` over the available CPUs and runs `job(first, count)` on each part,
 /// returning the parts' results in order.
 pub(crate) fn parallel<R: Send>(segments: usize, job: impl Fn(usize, usize) -> R + Sync) -> Vec<R> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpus = match THREADS_HERE.with(|t| t.get()) {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
     // Below a few segments per worker, threads cost more than they bring.
     let workers = cpus.min(segments / 8).max(1);
     if workers == 1 {

@@ -313,6 +313,15 @@ fn cross_frames<'py>(
     fringe_tuple(py, f)
 }
 
+/// Limits the analyses this thread starts to `threads` threads (0: every CPU); returns the
+/// limit it had.
+#[pyfunction]
+fn set_analysis_threads(threads: usize) -> usize {
+    let before = crate::analysis::spectrum::threads_here();
+    crate::analysis::spectrum::set_threads_here(threads);
+    before
+}
+
 /// Tones in one spectrum: [(channel (fractional), power over the median)], strongest first.
 #[pyfunction]
 fn find_tones(
@@ -415,6 +424,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spectrum_frames, m)?)?;
     m.add_function(wrap_pyfunction!(cross_frames, m)?)?;
     m.add_function(wrap_pyfunction!(fringe_of_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(set_analysis_threads, m)?)?;
     m.add_function(wrap_pyfunction!(bit_states, m)?)?;
     m.add_function(wrap_pyfunction!(check, m)?)?;
     m.add_function(wrap_pyfunction!(check_scan, m)?)?;
