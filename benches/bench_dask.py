@@ -213,9 +213,8 @@ def spectrum_part(files: list[str], client: Any, repeats: int) -> dict[str, floa
         ],
     )
     print(
-        f"  threads: (a) {WORKERS} processes x 1 task at a time, each task's Rust spectrum on "
-        f"{rust_threads(ffts_per_task)} threads ({ffts_per_task} FFTs a task): up to "
-        f"{WORKERS * rust_threads(ffts_per_task)} busy threads on {cpus()} CPUs; (b) one process, Rust on "
+        f"  threads: (a) {WORKERS} processes x 1 task at a time, each task's Rust spectrum on its own thread "
+        f"({ffts_per_task} FFTs a task): {WORKERS} busy threads on {cpus()} CPUs; (b) one process, Rust on "
         f"{rust_threads(ffts_per_file)} threads; (c) one thread (baseband and numpy.fft)"
     )
     print("  (a) and (b) give the same spectra (rtol 1e-6); every file was read once before the timings")
@@ -227,7 +226,6 @@ def fringe_part(stations: dict[str, str], client: Any) -> dict[str, float]:
     from dask.system import CPU_COUNT
 
     import vdifrec.dask as vd
-    from vdifrec._dask_fringe import DEFAULT_STRETCHES
 
     repeats = env_int("BENCH_DASK_FRINGE_REPEATS", 1)
     frames: dict[str, Any] = {}
@@ -299,9 +297,8 @@ def fringe_part(stations: dict[str, str], client: Any) -> dict[str, float]:
     )
     print(f"  per baseline: {baselines} baselines x {samples} samples correlated / wall time (fringe_test's "
           "alignment and delay/rate search in the client included); vdifrec.fringe on the same samples")
-    per_task = rust_threads(ffts // DEFAULT_STRETCHES)
-    print(f"  threads: threaded scheduler {CPU_COUNT} tasks at a time x {per_task} Rust threads each; "
-          f"LocalCluster {WORKERS} processes x 1 task x {per_task}; vdifrec.fringe {rust_threads(ffts)} Rust "
+    print(f"  threads: threaded scheduler {CPU_COUNT} tasks at a time, each on its own thread; "
+          f"LocalCluster {WORKERS} processes x 1 task; vdifrec.fringe {rust_threads(ffts)} Rust "
           f"threads; on {cpus()} CPUs")
     print("  delays 7, 3, -4, all detected, on both schedulers and by vdifrec.fringe")
     return {"threads": threads, "cluster": cluster, "single": one}
