@@ -247,16 +247,20 @@ def test_hosts_place_each_files_tasks_on_the_workers_of_its_host(tmp_path: Path)
     # stealing, each task runs where the hint puts it, which is what is tested here.
     with dask.config.set({"distributed.scheduler.work-stealing": False}), \
             distributed.SpecCluster(workers=workers, scheduler=scheduler) as cluster, distributed.Client(cluster) as client:
+        client.wait_for_workers(2, timeout=60)
+        host_of = {addr: next(iter(w["resources"])) for addr, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+
+        def read_by_host() -> dict[str, dict[str, int]]:
+            return {host_of[addr]: counts for addr, counts in client.run(vd.files_read).items()}
+
         for hosts in ({files[0]: "rec0", files[1]: "rec1"}, {files[0]: "rec1", files[1]: "rec0"}):
-            client.restart()  # fresh counts in every worker (new processes, new addresses)
-            client.wait_for_workers(2, timeout=60)
-            host_of = {addr: next(iter(w["resources"]))
-                       for addr, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+            before = read_by_host()
             got = vd.spectrum(files, nfft=64, chunk_ffts=16, hosts=hosts)
             with vdifrec.open(files[0]) as fh:
                 want = vdifrec.spectrum(fh, nfft=64)
             np.testing.assert_allclose(got[0].power, want.power, rtol=1e-6)
-            read = {host_of[addr]: counts for addr, counts in client.run(vd.files_read).items()}
+            after = read_by_host()
             # Every task of a file ran on its host's worker, and there were many.
             for path, host in hosts.items():
-                assert set(read[host]) == {path} and read[host][path] > 10
+                new = {p: n - before.get(host, {}).get(p, 0) for p, n in after[host].items()}
+                assert {p for p, n in new.items() if n} == {path} and new[path] > 10, (host, new)
