@@ -21,7 +21,7 @@ from dask.base import compute
 from dask.delayed import delayed
 
 from . import _core
-from ._dask_tasks import Hosts, _host_table, _placed, _reading, first_sample
+from ._dask_tasks import Hosts, _host_table, _placed, _reading, first_sample, set_time
 from .quality import DEFAULT_SNR_THRESHOLD, Fringe, _fringe_of, _search_options, _segment
 from .reader import Reader
 from .reader import open as open_reader
@@ -59,23 +59,11 @@ def _station(name: str, path: str, clock_offset: float, open_kwargs: dict[str, A
             path=path,
             shift=shift,
             start=first_sample(fh) - shift,
-            stop=_set_time(fh, sets - 1) + int(fh.samples_per_frame) - shift,
+            stop=set_time(fh, sets - 1) + int(fh.samples_per_frame) - shift,
             rate=rate,
             inputs=len(fh.thread_ids) * fh.header0.nchan,
             complex=fh.complex_data,
         )
-
-
-def _set_time(fh: Reader, j: int) -> int:
-    """The time of frame set ``j`` of the reader (the first frame's header of the set)."""
-    k = j * len(fh.thread_ids)
-    for part in fh.frame_parts:
-        if k < len(part):
-            h = _core.Header.from_bytes(bytes(part[k, :32]), verify=False)
-            whole, _ = h.unix_time(fh.frame_rate)
-            return int(whole) * round(fh.sample_rate) + h.frame_nr * int(fh.samples_per_frame)
-        k -= len(part)
-    raise IndexError(f"frame set {j} is past the end of {fh.name}")
 
 
 def _sample_at(fh: Reader, at: int) -> int | None:
@@ -87,11 +75,11 @@ def _sample_at(fh: Reader, at: int) -> int | None:
     lo, hi = 0, fh.shape[0] // spf
     while lo < hi:
         mid = (lo + hi) // 2
-        if _set_time(fh, mid) < frame_time:
+        if set_time(fh, mid) < frame_time:
             lo = mid + 1
         else:
             hi = mid
-    if lo == fh.shape[0] // spf or _set_time(fh, lo) != frame_time:
+    if lo == fh.shape[0] // spf or set_time(fh, lo) != frame_time:
         return None
     return lo * spf + within
 

@@ -88,11 +88,23 @@ def _file_stamp(path: str) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
+def set_time(fh: Reader, j: int) -> int:
+    """The time of frame set ``j`` of the reader on an absolute axis, frame-exact: samples since
+    the POSIX epoch at the stream's sample rate, from the header's whole seconds and frame
+    number (of the set's first frame)."""
+    k = j * len(fh.thread_ids)
+    for part in fh.frame_parts:
+        if k < len(part):
+            h = _core.Header.from_bytes(bytes(part[k, :32]), verify=False)
+            whole, _ = h.unix_time(fh.frame_rate)
+            return int(whole) * round(fh.sample_rate) + h.frame_nr * int(fh.samples_per_frame)
+        k -= len(part)
+    raise IndexError(f"frame set {j} is past the end of {fh.name}")
+
+
 def first_sample(fh: Reader) -> int:
-    """The reader's first sample on an absolute axis, frame-exact: samples since the POSIX
-    epoch at the stream's sample rate, from the first header's whole seconds and frame number."""
-    whole, _ = fh.header0.unix_time(fh.frame_rate)
-    return int(whole) * round(fh.sample_rate) + fh.header0.frame_nr * int(fh.samples_per_frame)
+    """The reader's first sample on the absolute axis of `set_time`."""
+    return set_time(fh, 0)
 
 
 def _workers_on(host: str) -> list[str] | None:
