@@ -46,7 +46,7 @@ impl CrossSums {
         self.segments += 1;
     }
 
-    fn merge(&mut self, p: &CrossSums) {
+    pub(crate) fn merge(&mut self, p: &CrossSums) {
         for k in 0..self.cross.len() {
             self.cross[k] += p.cross[k];
             self.pa[k] += p.pa[k];

@@ -75,10 +75,14 @@ pub fn fringe_search(
         ));
     }
     let l = if complex { nfft } else { 2 * nfft };
-    let pa = column_sums(parts, |p| &p.pa);
-    let pb = column_sums(parts, |p| &p.pb);
+    // The whole time: what the tone search, the normalisation and the cross spectrum see.
+    let mut total = CrossSums::new(nfft);
+    for p in parts {
+        total.merge(p);
+    }
+    let (pa, pb) = (&total.pa, &total.pb);
     let excluded = if search.exclude_tones {
-        tone_channels(&pa, &pb, segments, complex)
+        tone_channels(pa, pb, segments, complex)
     } else {
         vec![false; nfft]
     };
@@ -154,7 +158,7 @@ pub fn fringe_search(
         peak_rate as f64 - rates as f64
     };
 
-    let cross = column_sums_complex(parts);
+    let cross = &total.cross;
     let mut spectrum: Vec<(f64, f64)> = (0..nfft)
         .map(|k| {
             let d = (pa[k] * pb[k]).sqrt().max(f64::MIN_POSITIVE);
@@ -186,26 +190,6 @@ pub fn fringe_search(
         excluded: excluded_ascending,
         segments,
     })
-}
-
-fn column_sums(parts: &[CrossSums], of: impl Fn(&CrossSums) -> &Vec<f64>) -> Vec<f64> {
-    let mut out = vec![0.0; of(&parts[0]).len()];
-    for p in parts {
-        for (o, v) in out.iter_mut().zip(of(p)) {
-            *o += v;
-        }
-    }
-    out
-}
-
-fn column_sums_complex(parts: &[CrossSums]) -> Vec<Complex<f64>> {
-    let mut out = vec![Complex::default(); parts[0].cross.len()];
-    for p in parts {
-        for (o, v) in out.iter_mut().zip(&p.cross) {
-            *o += v;
-        }
-    }
-    out
 }
 
 /// Where FFT channel `k` sits in ascending frequency: complex spectra keep the negative
