@@ -330,7 +330,7 @@ def _cases() -> list[Case]:
     flag("fringe", "--nint", {"0": ABOVE_0, "-1": ABOVE_0})
     flag("fringe", "--plot", {"": EMPTY, f"{nodir}/x.png": "existing folder", "{tmp}/x.xyz": r"\.png"})
     flag("fringe", "--sample-rate", {"0": ABOVE_0, "1MHz": ABOVE_0})
-    flag("fringe", "--max-delay", {"-1": ">= 0", "abc": ">= 0", "1.5": ">= 0"})
+    flag("fringe", "--max-delay", {"-1": ">= 0", "abc": WHOLE, "1.5": WHOLE})
     flag("fringe", "--snr-threshold", {"0": ABOVE_0, "-3": ABOVE_0, "abc": ABOVE_0})
     c("fringe-test", "FILE", "", "{sample}", allowed=EMPTY)
     c("fringe-test", "FILE", "{tmp}/nope.vdif", "{sample}", allowed="No such file", names="{tmp}/nope.vdif")

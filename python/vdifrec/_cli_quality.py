@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from . import _core
-from ._cli_args import OptionError, UsageError, os_error, output, path, positive
+from ._cli_args import OptionError, UsageError, integer, os_error, output, path, positive
 from .quality import DEFAULT_SNR_THRESHOLD, Fringe, bstate, fringe, spectrum
 from .reader import Reader
 from .reader import open as open_reader
@@ -74,23 +74,14 @@ def add_quality(sub: Any) -> None:
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:
     """How a fringe is searched and judged, as `fringe` and `fringe-test` take it."""
-    p.add_argument("--max-delay", type=nonnegative_int, default=None, metavar="SAMPLES",
+    # Its range is checked once, by the API (max_delay), and named here by OptionError.
+    p.add_argument("--max-delay", type=integer, default=None, metavar="SAMPLES",
                    help="search delays up to this many samples either way (default: the whole lag function)")
     p.add_argument("--snr-threshold", type=positive(), default=DEFAULT_SNR_THRESHOLD,
                    help=f"SNR at which a fringe counts as detected (default {DEFAULT_SNR_THRESHOLD:g})")
     p.add_argument("--keep-tones", action="store_true",
                    help="keep the spectral channels holding tones (left out by default: a tone common to "
                         "both inputs fakes a flat lag function)")
-
-
-def nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number of samples >= 0, got {text!r}")
-    return value
 
 
 def verdict(f: Fringe) -> str:
