@@ -47,6 +47,62 @@ pub fn parse_size(name: &str, text: &str) -> Result<u64, SizeError> {
     Ok(bytes as u64)
 }
 
+/// A data rate that cannot be read; `name` is the argument's name.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{name}: cannot read {text:?} as a rate; write bits per second with bps, kbps, Mbps, Gbps (\"4Gbps\") or bytes per second with B/s, kB/s, MB/s, GB/s, KiB/s, MiB/s, GiB/s (\"500MB/s\")")]
+pub struct RateError {
+    pub name: String,
+    pub text: String,
+}
+
+/// Parses a data rate into bytes per second: `4Gbps` (bits, powers of 1000) or `500MB/s`,
+/// `400MiB/s` (bytes). A bare number is refused: bits or bytes is too easy to mistake.
+pub fn parse_rate(name: &str, text: &str) -> Result<f64, RateError> {
+    let err = || RateError {
+        name: name.to_string(),
+        text: text.to_string(),
+    };
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: f64 = num.replace('_', "").parse().map_err(|_| err())?;
+    let unit = unit.trim();
+    let bytes_per_s = if let Some(bits) = unit
+        .strip_suffix("bps")
+        .or_else(|| unit.strip_suffix("bit/s"))
+    {
+        let mult = match bits {
+            "" => 1.0,
+            "k" | "K" => 1e3,
+            "M" => 1e6,
+            "G" => 1e9,
+            "T" => 1e12,
+            _ => return Err(err()),
+        };
+        num * mult / 8.0
+    } else if let Some(bytes) = unit.strip_suffix("/s") {
+        let mult = match bytes {
+            "B" => 1.0,
+            "kB" | "KB" => 1e3,
+            "MB" => 1e6,
+            "GB" => 1e9,
+            "KiB" => 1024.0,
+            "MiB" => 1024.0 * 1024.0,
+            "GiB" => 1024.0f64.powi(3),
+            _ => return Err(err()),
+        };
+        num * mult
+    } else {
+        return Err(err());
+    };
+    if !bytes_per_s.is_finite() || bytes_per_s <= 0.0 {
+        return Err(err());
+    }
+    Ok(bytes_per_s)
+}
+
 /// Formats a byte count with a binary unit, `1.00 GiB`.
 pub fn format_size(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -66,6 +122,18 @@ pub fn format_size(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_in_bits_and_bytes() {
+        assert_eq!(parse_rate("rate", "4Gbps").unwrap(), 5e8);
+        assert_eq!(parse_rate("rate", "8.224 Gbit/s").unwrap(), 1.028e9);
+        assert_eq!(parse_rate("rate", "500MB/s").unwrap(), 5e8);
+        assert_eq!(parse_rate("rate", "1MiB/s").unwrap(), 1048576.0);
+        for bad in ["4", "4G", "fast", "0Gbps", "-1MB/s", "4Gb/s", "4 GiBps"] {
+            let e = parse_rate("rate", bad).unwrap_err().to_string();
+            assert!(e.starts_with("rate: cannot read"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn sizes() {

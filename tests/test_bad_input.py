@@ -31,7 +31,7 @@ import vdifrec
 from vdifrec import cli
 
 #: Subcommands that bind sockets or start threads: always a subprocess.
-SUBPROCESS = {"record", "monitor", "send", "demo", "serve"}
+SUBPROCESS = {"record", "monitor", "send", "demo", "serve", "receive"}
 TIMEOUT = 30.0
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +85,11 @@ VALID: dict[str, dict[str, tuple[str, ...]]] = {
     # Nobody listens on {tcp}.
     "vsi": {"address": ("127.0.0.1:{tcp}",), "commands": ("status?",), "--timeout": ("--timeout=2",)},
     "demo": {"--seconds": ("--seconds=0.2",), "--fps": ("--fps=1000",), "--ring": ("--ring=16MiB",)},
+    # Nobody listens on {tcp}: a push that wrongly started fails to connect.
+    "push": {"SOURCE": ("{sample}",), "--to": ("--to=127.0.0.1:{tcp}",), "--token-file": ("--token-file={token}",)},
+    # A receive that wrongly started would serve until killed.
+    "receive": {"--listen": ("--listen=127.0.0.1:0",), "--dir": ("--dir={tmp}/incoming",),
+                "--token-file": ("--token-file={token}",)},
 }
 
 
@@ -357,6 +362,31 @@ def _cases() -> list[Case]:
     flag("watch", "--count", {"0": ABOVE_0, "-1": ABOVE_0, "1.5": ABOVE_0})
     flag("watch", "--stalled-after", {"0": ABOVE_0, "-1": ABOVE_0, "abc": ABOVE_0})
 
+    # -- push and receive: checked before anything is read, bound or connected
+    c("push", "SOURCE", "", allowed=EMPTY)
+    c("push", "SOURCE", "{tmp}/nope.vdif", allowed="No such file", names="{tmp}/nope.vdif")
+    c("push", "SOURCE", "{tmp}", allowed="not a file")
+    c("push", "SOURCE", "{tmp}/bad name.vdif", allowed="would refuse its name")
+    for to in ("nonsense", "127.0.0.1:0", "127.0.0.1:99999", ":2630"):
+        flag("push", "--to", {to: "HOST:PORT"})
+    for command in ("push", "receive"):
+        flag(command, "--token-file", {"": EMPTY, "{tmp}/none": "cannot read", "{tmp}/junk.txt": "chmod 600",
+                                       "{tmp}/short_token": "at least 16"})
+    flag("push", "--disk", {"": EMPTY, "{tmp}/nodir*": "matches no"})
+    c("push", "--disk", "--disk={tmp}", allowed="not found|no scan", names="s1", extra=("s1",), without=("{sample}",))
+    flag("push", "--as", {"tape": "invalid choice"})
+    c("push", "--as", "--as=vbs", allowed="name the disks", names="--as")
+    flag("push", "--streams", {"0": r"1\.\.256", "1000": r"1\.\.256", "many": "number of streams or auto"})
+    flag("push", "--max-streams", {"0": r"1\.\.256", "abc": WHOLE})
+    flag("push", "--block-size", {"1000": "multiple of 4KiB", "2GiB": "64KiB to 1GiB", "1XB": SIZE_UNITS})
+    flag("push", "--rate", {"4": "bits per second", "fast": "bits per second", "0Gbps": "bits per second"})
+    flag("push", "--retry-seconds", {"-1": ">= 0", "abc": NUMBER})
+    flag("receive", "--listen", {"nonsense": "HOST:PORT", "127.0.0.1:99999": "HOST:PORT",
+                                 "127.0.0.1:{busy_tcp}": "cannot listen"})
+    flag("receive", "--dir", {"": EMPTY, "{tmp}/exists.vdif": "not a directory"})
+    flag("receive", "--max-connections", {"1": r"2\.\.4096", "abc": WHOLE})
+    flag("receive", "--max-memory", {"1KiB": "at least 64KiB", "1XB": SIZE_UNITS})
+
     # -- doctor: what the checks are about must exist
     flag("doctor", "--interface", {"": "ip link", "no-such-if0": "ip link"})
     flag("doctor", "--path", {"": EMPTY, nodir: "not a folder", "{tmp}/exists.vdif": "not a folder"})
@@ -442,6 +472,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     tmp = tmp_path_factory.mktemp("bad_input")
     (tmp / "exists.vdif").write_bytes(b"")
     (tmp / "junk.txt").write_text("not a VDIF file\n" * 100)
+    (tmp / "bad name.vdif").write_bytes(b"\0" * 8224)
+    (tmp / "token").write_text("a-token-of-some-length\n")
+    (tmp / "token").chmod(0o600)
+    (tmp / "short_token").write_text("short\n")
+    (tmp / "short_token").chmod(0o600)
     busy_udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     busy_udp.bind(("127.0.0.1", 0))
     busy_tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -450,6 +485,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     try:
         yield {
             "tmp": str(tmp),
+            "token": str(tmp / "token"),
             "sample": str(vdifrec.SAMPLE_VDIF),
             "udp": str(free_udp_port()),
             "tcp": str(free_tcp_port()),

@@ -31,6 +31,7 @@ from .recorder import Recorder, Sender, send
 from .remote import RemoteStatus, RemoteStatuses
 from .reports import DiskRecord, FileRecord, ScanSummary, SecondRow, Stats, Summary, ThreadSecond
 from .scans import gather, scans
+from .transfer import PushProgress, Receiver, TransferError, push
 from .vsi import VSIClient, VSIError
 
 __version__: str = _core.__version__
@@ -61,7 +62,9 @@ __all__ = [
     "HeaderError",
     "OutputError",
     "PortInUseError",
+    "PushProgress",
     "Reader",
+    "Receiver",
     "Recorder",
     "RecorderError",
     "RemoteStatus",
@@ -77,6 +80,7 @@ __all__ = [
     "DiskRecord",
     "ThreadSecond",
     "Tone",
+    "TransferError",
     "VSIClient",
     "VSIError",
     "__version__",
@@ -89,6 +93,7 @@ __all__ = [
     "gather",
     "generate",
     "open",
+    "push",
     "scans",
     "send",
     "spectrum",

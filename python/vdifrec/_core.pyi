@@ -17,12 +17,15 @@ __all__ = [
     "HeaderError",
     "OutputError",
     "PortInUseError",
+    "Push",
+    "Receiver",
     "Recorder",
     "RingView",
     "RecorderError",
     "Sender",
     "SenderError",
     "SpectrumAccumulator",
+    "TransferError",
     "TWO_BIT_THRESHOLD_SIGMA",
     "bit_states",
     "build_profile",
@@ -77,6 +80,9 @@ class OutputError(RecorderError):
 
 class SenderError(RuntimeError):
     """The sender could not start or failed."""
+
+class TransferError(RuntimeError):
+    """A push or receive could not be done (nobody listening, a wrong token, a refused or failed item)."""
 
 # The options each part of the engine takes, as keywords. Every default is the engine's own
 # (``defaults()``); a name left out takes it. Sizes are bytes or text such as "8GiB".
@@ -313,6 +319,52 @@ def scan_writer_throughput(
     """Benchmark probe (``bench`` builds): the scan writers alone, fed from memory; JSON."""
 def writer_throughput(directory: str | PathLike[str], total_bytes: int, frame_size: int = 8224, direct: bool = True) -> str:
     """Benchmark baseline (bench builds only): the writer alone, fed from memory (JSON)."""
+
+class PushOptions(TypedDict, total=False):
+    sources: list[str]
+    to: str
+    token_file: str
+    disks: list[str]
+    layout: str
+    streams: int | str
+    max_streams: int
+    block_size: _Size
+    rate: str | None
+    nice: bool
+    retry_seconds: float
+
+class ReceiveOptions(TypedDict, total=False):
+    listen: str
+    dir: str
+    token_file: str
+    max_connections: int
+    max_memory: _Size
+
+@final
+class Push:
+    """A push running in its own thread; see ``vdifrec.push``."""
+
+    def __new__(cls, options: PushOptions) -> Push:
+        """Checks every option (ArgumentError names a bad one), reads the token, finds the sources, starts."""
+    def wait(self, timeout: float = 0.0) -> str | None:
+        """The summary as JSON once the push has ended, else None after ``timeout`` seconds."""
+    def progress(self) -> tuple[int, int, int, int, int, str]:
+        """(bytes done, bytes in all, streams now, items done, items in all, item now)."""
+    def stop(self) -> None:
+        """Ends the push soon; what reached the receiver stays there, resumable."""
+
+@final
+class Receiver:
+    """A receiver serving pushes in its own thread; see ``vdifrec.Receiver``."""
+
+    def __new__(cls, options: ReceiveOptions) -> Receiver:
+        """Checks the options, reads the token, binds the port and starts serving."""
+    @property
+    def address(self) -> str: ...
+    def events(self) -> str:
+        """Transfers that ended since the last call, as a JSON list."""
+    def stop(self) -> None:
+        """Stops serving; partial copies keep their manifests."""
 
 @final
 class Sender:

@@ -9,7 +9,18 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _cli_doctor, _cli_fringe_test, _cli_monitor, _cli_quality, _cli_record, _cli_scans, _cli_serve, _cli_watch, _core
+from . import (
+    _cli_doctor,
+    _cli_fringe_test,
+    _cli_monitor,
+    _cli_quality,
+    _cli_record,
+    _cli_scans,
+    _cli_serve,
+    _cli_transfer,
+    _cli_watch,
+    _core,
+)
 from ._cli_args import (
     DEFAULTS,
     OptionError,
@@ -200,6 +211,8 @@ _COMMANDS: list[Callable[[Any], None]] = [
     _cli_quality.add_quality,
     _cli_fringe_test.add_fringe_test,
     _cli_watch.add_watch,
+    _cli_transfer.add_push,
+    _cli_transfer.add_receive,
     _cli_doctor.add_doctor,
     _cli_record.add_demo,
 ]

@@ -11,6 +11,7 @@ use crate::record::ring::RingError;
 use crate::tools::gather::GatherError;
 use crate::tools::generate::GenerateError;
 use crate::tools::sender::SendError;
+use crate::tools::transfer::TransferError as CoreTransferError;
 use crate::vdif::decode::DecodeError;
 use crate::vdif::file::FileError;
 use crate::vdif::header::HeaderError as CoreHeaderError;
@@ -69,6 +70,12 @@ create_exception!(
     SenderError,
     pyo3::exceptions::PyRuntimeError,
     "The sender could not start or failed."
+);
+create_exception!(
+    vdifrec,
+    TransferError,
+    pyo3::exceptions::PyRuntimeError,
+    "A push or receive could not be done (nobody listening, a wrong token, a refused or failed item)."
 );
 
 /// A bad option: an `ArgumentError` whose message starts with the parameter's name.
@@ -170,6 +177,18 @@ pub fn check_err(e: CheckError) -> PyErr {
     }
 }
 
+pub fn transfer_err(e: CoreTransferError) -> PyErr {
+    match e {
+        CoreTransferError::BadArgument(a) => arg_err(a),
+        CoreTransferError::Scan(s) => scan_err(s),
+        CoreTransferError::Io {
+            ref path,
+            ref source,
+        } => io_err(source, e.to_string(), path),
+        CoreTransferError::Failed(_) => TransferError::new_err(e.to_string()),
+    }
+}
+
 pub fn scan_err(e: ScanError) -> PyErr {
     match e {
         ScanError::Io {
@@ -226,5 +245,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PortInUseError", py.get_type::<PortInUseError>())?;
     m.add("OutputError", py.get_type::<OutputError>())?;
     m.add("SenderError", py.get_type::<SenderError>())?;
+    m.add("TransferError", py.get_type::<TransferError>())?;
     Ok(())
 }

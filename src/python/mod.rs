@@ -1,6 +1,6 @@
 //! Python bindings (`vdifrec._core`), one file per part of the core they wrap: `header`,
 //! `file` (reader and decoding), `recorder` (and its views), `sender` (and the generator),
-//! `scan` (scans on several disks: listing, gathering), `analysis`, `errors` (every exception, and the one place core errors become them), and
+//! `scan` (scans on several disks: listing, gathering), `transfer` (push and receive), `analysis`, `errors` (every exception, and the one place core errors become them), and
 //! `baseline` (benchmarks only). Each converts arguments, runs the core in `py.detach`, and
 //! converts back; nothing here decides what a Rust user would also need.
 
@@ -13,6 +13,7 @@ mod header;
 mod recorder;
 mod scan;
 mod sender;
+mod transfer;
 
 use pyo3::prelude::*;
 use serde::de::DeserializeOwned;
@@ -115,6 +116,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sender::verify_sent, m)?)?;
     analysis::register(m)?;
     scan::register(m)?;
+    transfer::register(m)?;
     #[cfg(feature = "bench")]
     baseline::register(m)?;
     m.add_function(wrap_pyfunction!(defaults, m)?)?;

@@ -1,0 +1,206 @@
+//! The shared token and the handshake that proves each end holds it without sending it:
+//! each end sends a random challenge and answers the other's with an HMAC-SHA256 keyed by
+//! the token. The receiver proves itself too, so a push never sends a scan to an impostor.
+
+use super::wire::{self, Message};
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The token from the first line of `path` (surrounding spaces removed). A token file others
+/// can read is refused, as ssh refuses a private key others can read.
+pub fn read_token(path: &Path) -> Result<Vec<u8>, String> {
+    let shown = path.display();
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("token_file: cannot read {shown}: {e}"))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "token_file: {shown} can be read by other users (mode {:o}): run `chmod 600 {shown}`",
+            meta.permissions().mode() & 0o777
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("token_file: cannot read {shown}: {e}"))?;
+    let token = text.lines().next().unwrap_or("").trim();
+    if token.len() < 16 {
+        return Err(format!(
+            "token_file: the first line of {shown} holds {} characters; a token needs at least 16 \
+             (e.g. `head -c 32 /dev/urandom | base64 > {shown}` on one end, copied to the other)",
+            token.len()
+        ));
+    }
+    Ok(token.as_bytes().to_vec())
+}
+
+fn nonce() -> String {
+    let mut b = [0u8; 32];
+    // getrandom(2) blocks only before the kernel's pool is first seeded, long past at run time.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    assert_eq!(n, 32, "getrandom failed");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn mac(token: &[u8], role: &str, mine: &str, theirs: &str) -> HmacSha256 {
+    let mut m = HmacSha256::new_from_slice(token).expect("HMAC takes any key length");
+    m.update(b"vdifrec-transfer-1\0");
+    m.update(role.as_bytes());
+    m.update(b"\0");
+    m.update(mine.as_bytes());
+    m.update(b"\0");
+    m.update(theirs.as_bytes());
+    m
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn verify(m: HmacSha256, given: &str) -> bool {
+    // Constant time: the comparison does not tell an attacker how much of a guess was right.
+    unhex(given).is_some_and(|g| m.verify_slice(&g).is_ok())
+}
+
+/// The receiver's side: challenge the sender, check its answer, answer its challenge.
+/// Err(None): the peer went away before proving anything (a push that was stopped while it
+/// connected); Err(Some(why)): it failed to prove the token, or did not speak the protocol.
+pub fn accept(stream: &mut TcpStream, token: &[u8]) -> Result<(), Option<String>> {
+    let ours = nonce();
+    let io = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof
+        | std::io::ErrorKind::ConnectionReset
+        | std::io::ErrorKind::BrokenPipe => None,
+        _ => Some(format!("handshake: {e}")),
+    };
+    wire::send(
+        stream,
+        &Message::Hello {
+            version: wire::VERSION,
+            nonce: ours.clone(),
+        },
+    )
+    .map_err(io)?;
+    let (theirs, proof) = match wire::receive(stream).map_err(io)? {
+        Message::Prove { nonce, mac } => (nonce, mac),
+        other => {
+            return Err(Some(format!(
+                "handshake: expected the sender's proof, got {other:?}"
+            )))
+        }
+    };
+    if !verify(mac(token, "sender", &ours, &theirs), &proof) {
+        let _ = wire::send(
+            stream,
+            &Message::Error {
+                message: "authentication failed: the sender's token is not the receiver's".into(),
+                retry: false,
+            },
+        );
+        return Err(Some(
+            "authentication failed: the sender does not hold this receiver's token".into(),
+        ));
+    }
+    let answer = mac(token, "receiver", &theirs, &ours)
+        .finalize()
+        .into_bytes();
+    wire::send(stream, &Message::Proven { mac: hex(&answer) }).map_err(io)
+}
+
+/// The sender's side: answer the receiver's challenge and check the receiver's answer.
+pub fn prove(stream: &mut TcpStream, token: &[u8]) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("handshake with the receiver: {e}");
+    let theirs = match wire::receive(stream).map_err(io)? {
+        Message::Hello { version, nonce } if version == wire::VERSION => nonce,
+        Message::Hello { version, .. } => {
+            return Err(format!(
+                "the receiver speaks transfer protocol {version}, this push {}: run the same vdifrec version at both ends",
+                wire::VERSION
+            ))
+        }
+        other => return Err(format!("handshake: expected the receiver's challenge, got {other:?}")),
+    };
+    let ours = nonce();
+    let proof = mac(token, "sender", &theirs, &ours).finalize().into_bytes();
+    wire::send(
+        stream,
+        &Message::Prove {
+            nonce: ours.clone(),
+            mac: hex(&proof),
+        },
+    )
+    .map_err(io)?;
+    match wire::receive(stream).map_err(io)? {
+        Message::Proven { mac: m } if verify(mac(token, "receiver", &ours, &theirs), &m) => Ok(()),
+        Message::Proven { .. } => Err(
+            "authentication failed: the receiver does not hold this token (is it the right host?)"
+                .into(),
+        ),
+        Message::Error { message, .. } => Err(format!("the receiver refused: {message}")),
+        other => Err(format!(
+            "handshake: expected the receiver's proof, got {other:?}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn pair(
+        sender_token: &'static [u8],
+        receiver_token: &'static [u8],
+    ) -> (Result<(), String>, Result<(), String>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let r = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            accept(&mut s, receiver_token).map_err(|e| e.unwrap_or_default())
+        });
+        let mut s = TcpStream::connect(addr).unwrap();
+        let sent = prove(&mut s, sender_token);
+        (sent, r.join().unwrap())
+    }
+
+    #[test]
+    fn the_same_token_passes_and_another_fails_at_both_ends() {
+        assert_eq!(
+            pair(b"0123456789abcdef", b"0123456789abcdef"),
+            (Ok(()), Ok(()))
+        );
+        let (sent, received) = pair(b"0123456789abcdef", b"0123456789abcdeF");
+        assert!(sent.unwrap_err().contains("refused: authentication failed"));
+        assert!(received.unwrap_err().contains("authentication failed"));
+    }
+
+    #[test]
+    fn token_files() {
+        let dir = std::env::temp_dir().join(format!("vdifrec-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("token");
+        std::fs::write(&f, "  s3cret-s3cret-s3cret  \nsecond line\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(read_token(&f).unwrap_err().contains("chmod 600"));
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_token(&f).unwrap(), b"s3cret-s3cret-s3cret");
+        std::fs::write(&f, "short\n").unwrap();
+        assert!(read_token(&f).unwrap_err().contains("at least 16"));
+        assert!(read_token(&dir.join("none"))
+            .unwrap_err()
+            .starts_with("token_file: cannot read"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,52 @@
+//! Shipping scans to the correlator: `push` at the station, `receive` at the correlator.
+//!
+//! A transfer moves one item (a file, or a scan as one file or as a `vbs` directory) in
+//! blocks over several TCP connections that take blocks from one queue. The receiver checks
+//! each block's xxh3-128 before it writes it at its offset of a preallocated partial copy,
+//! notes it in a manifest once it is on disk (so that a cut connection, a killed process or a
+//! reboot resumes with only the blocks missing), reads the whole copy back at the end, and
+//! only then gives it its name. How many connections is chosen from measured throughput and
+//! both hosts' CPU use (`streams`). Both ends prove that they hold a shared token
+//! (`auth`); the receiver writes only names it accepts (`names`) below its directory.
+
+pub mod auth;
+pub mod blocks;
+pub mod cpu;
+pub mod items;
+pub mod manifest;
+pub mod names;
+pub mod pacing;
+pub mod push;
+pub mod receive;
+pub mod streams;
+pub mod wire;
+
+use crate::options::ArgError;
+use crate::vdif::scan::ScanError;
+use std::path::PathBuf;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum TransferError {
+    #[error(transparent)]
+    BadArgument(#[from] ArgError),
+    #[error(transparent)]
+    Scan(#[from] ScanError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The transfer could not be done (cannot connect, refused, a source changed).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl TransferError {
+    fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> TransferError + '_ {
+        move |source| TransferError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}

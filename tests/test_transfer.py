@@ -1,0 +1,535 @@
+"""Shipping scans: `vdifrec.push` / `vdifrec push` to `vdifrec.Receiver` / `vdifrec receive`,
+on loopback, directly or through a relay (tests/relay.py) that caps rates, cuts connections and
+flips bytes as a long path would.
+
+Oracles: the source bytes (every destination compared byte for byte), the python-xxhash
+package's xxh3-128 (block and destination checksums), Python's hmac (the handshake, spoken
+here by a client written from the protocol's description), the scans' layouts written by hand
+(test_scans.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xxhash
+from relay import Relay
+from test_scans import make_disks, original, part_bytes, write_mk6, write_vbs
+
+import vdifrec
+
+TOKEN = "station-token-0123456789abcdef"
+MiB = 1 << 20
+
+
+@pytest.fixture
+def token(tmp_path: Path) -> Path:
+    f = tmp_path / "token"
+    f.write_text(TOKEN + "\n")
+    f.chmod(0o600)
+    return f
+
+
+@pytest.fixture
+def incoming(tmp_path: Path) -> Path:
+    return tmp_path / "incoming"
+
+
+@pytest.fixture
+def receiver(incoming: Path, token: Path) -> Any:
+    with vdifrec.Receiver(incoming, listen="127.0.0.1:0", token_file=token) as r:
+        yield r
+
+
+def random_file(path: Path, size: int, seed: int = 1) -> bytes:
+    data = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return data
+
+
+def digest_of(files: list[bytes], block: int) -> str:
+    """xxh3-128 over the xxh3-128 of every block, file after file (a block never spans two)."""
+    digests = b"".join(xxhash.xxh3_128(f[i:i + block]).digest() for f in files for i in range(0, len(f), block))
+    return xxhash.xxh3_128(digests).hexdigest()
+
+
+def wait_events(r: Any, n: int, timeout: float = 20.0) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    until = time.monotonic() + timeout
+    while len(events) < n and time.monotonic() < until:
+        events += r.events()
+        time.sleep(0.05)
+    assert len(events) >= n, f"{n} receiver events expected, got {events}"
+    return events
+
+
+def manifest_blocks(incoming: Path, name: str) -> int:
+    """Blocks the receiver's manifest lists as on disk."""
+    m = incoming / f".{name}.vdifrec-manifest"
+    if not m.exists():
+        return 0
+    return sum(1 for line in m.read_text().splitlines()[1:] if line.endswith("}"))
+
+
+def wait_for_blocks(incoming: Path, name: str, at_least: int, timeout: float = 30.0) -> None:
+    until = time.monotonic() + timeout
+    while manifest_blocks(incoming, name) < at_least:
+        assert time.monotonic() < until, f"the manifest never listed {at_least} blocks"
+        time.sleep(0.05)
+
+
+def listing(d: Path) -> list[str]:
+    return sorted(os.listdir(d))
+
+
+# -- what arrives ------------------------------------------------------------------------------
+
+
+def test_a_file_arrives_byte_exact_then_is_skipped_and_a_different_one_refused(
+        tmp_path: Path, token: Path, incoming: Path, receiver: Any) -> None:
+    size = 5 * MiB + 123
+    src = tmp_path / "out" / "r1_kv.vdif"
+    data = random_file(src, size)
+    s = vdifrec.push(src, to=receiver.address, token_file=token, block_size="1MiB", nice=True)
+    (item,) = s["items"]
+    assert s["ok"] and item["state"] == "sent", s
+    assert (item["blocks"], item["blocks_resent"], item["blocks_resumed"]) == (6, 0, 0)
+    assert item["bytes"] == item["bytes_sent"] == s["bytes_sent"] == size
+    assert (incoming / "r1_kv.vdif").read_bytes() == data
+    assert item["digest"] == digest_of([data], MiB)
+    assert not any("nice 19" in n for n in s["notes"]), s["notes"]
+    (ev,) = wait_events(receiver, 1)
+    assert (ev["state"], ev["name"], ev["bytes_received"], ev["digest"]) == ("received", "r1_kv.vdif", size, item["digest"])
+    # Nothing of the receiver's own is left once the copy is verified.
+    assert listing(incoming) == ["r1_kv.vdif"]
+
+    # Again: already there, identical, so skipped (its checksums compared, nothing sent).
+    s = vdifrec.push(src, to=receiver.address, token_file=token, block_size="1MiB")
+    (item,) = s["items"]
+    assert (item["state"], item["bytes_sent"], item["digest"]) == ("skipped", 0, digest_of([data], MiB))
+    assert wait_events(receiver, 1)[0]["state"] == "skipped"
+
+    # Another file of the same name and size: refused, naming the first differing byte, and
+    # the copy there left as it was.
+    other = tmp_path / "other" / "r1_kv.vdif"
+    changed = bytearray(data)
+    changed[2 * MiB + 5] ^= 1
+    other.parent.mkdir()
+    other.write_bytes(bytes(changed))
+    with pytest.raises(vdifrec.TransferError, match=r"differs from the source \(first at byte 2097152\)") as e:
+        vdifrec.push(other, to=receiver.address, token_file=token, block_size="1MiB")
+    assert e.value.summary["items"][0]["state"] == "refused"  # type: ignore[attr-defined]
+    # ... and one of another size, at once.
+    random_file(other, size - 1)
+    s = vdifrec.push(other, to=receiver.address, token_file=token, check=False)
+    assert s["items"][0]["state"] == "refused" and f"holds {size} bytes, the source {size - 1}" in s["items"][0]["error"]
+    assert (incoming / "r1_kv.vdif").read_bytes() == data
+    assert [e["state"] for e in wait_events(receiver, 2)] == ["refused", "refused"]
+
+
+@pytest.mark.parametrize("fmt", ["vbs", "mk6"])
+def test_a_scan_on_three_disks_arrives_as_one_file_and_as_vbs(tmp_path: Path, token: Path, incoming: Path,
+                                                              receiver: Any, fmt: str) -> None:
+    data = original(tmp_path).read_bytes()
+    disks = make_disks(tmp_path)
+    (write_vbs if fmt == "vbs" else write_mk6)(data, disks, "kv_no0001", [2, 0, 1, 0, 2, 1])
+    block = 64 << 10
+    s = vdifrec.push("kv_no0001", disks=disks, to=receiver.address, token_file=token, block_size=block)
+    (item,) = s["items"]
+    assert item["state"] == "sent" and item["bytes"] == len(data)
+    assert (incoming / "kv_no0001").read_bytes() == data
+    assert item["digest"] == digest_of([data], block)
+
+    with vdifrec.Receiver(tmp_path / "as_vbs", listen="127.0.0.1:0", token_file=token) as r:
+        s = vdifrec.push("kv_no0001", disks=[str(tmp_path / "disk*")], layout="vbs", to=r.address,
+                         token_file=token, block_size=block)
+    parts = [part_bytes(data, k) for k in range(6)]
+    (item,) = s["items"]
+    assert item["digest"] == digest_of(parts, block)
+    chunks = tmp_path / "as_vbs" / "kv_no0001"
+    assert listing(tmp_path / "as_vbs") == ["kv_no0001"]
+    assert listing(chunks) == [f"kv_no0001.{k:08d}" for k in range(6)]
+    assert [(chunks / f"kv_no0001.{k:08d}").read_bytes() for k in range(6)] == parts
+    # The copy is a FlexBuff scan vdifrec itself reads back whole.
+    vdifrec.gather("kv_no0001", [tmp_path / "as_vbs"], tmp_path / "back.vdif")
+    assert (tmp_path / "back.vdif").read_bytes() == data
+
+
+def test_a_scan_with_a_missing_chunk_is_not_pushed(tmp_path: Path, token: Path, receiver: Any) -> None:
+    data = original(tmp_path).read_bytes()
+    disks = make_disks(tmp_path)
+    write_vbs(data, disks, "kv_no0002", [0, 1, 2, 0, 1, 2])
+    (disks[0] / "kv_no0002" / "kv_no0002.00000003").unlink()
+    with pytest.raises(vdifrec.GapError, match="kv_no0002.*lacks"):
+        vdifrec.push("kv_no0002", disks=disks, to=receiver.address, token_file=token)
+
+
+# -- resuming ----------------------------------------------------------------------------------
+
+
+def push_cli(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "vdifrec.cli", "push", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_killed_push_resumes_with_only_the_missing_blocks(tmp_path: Path, token: Path, incoming: Path,
+                                                            receiver: Any) -> None:
+    src = tmp_path / "scan.vdif"
+    data = random_file(src, 8 * MiB)
+    block = 256 << 10
+    with Relay(("127.0.0.1", int(receiver.address.rsplit(":", 1)[1])), per_connection=2e6, total=2e6) as relay:
+        p = push_cli(str(src), "--to", relay.address, "--token-file", str(token), "--block-size", "256KiB",
+                     "--streams", "2")
+        try:
+            wait_for_blocks(incoming, "scan.vdif", 4)
+        finally:
+            p.kill()
+            p.communicate(timeout=10)
+    ev = wait_events(receiver, 1)[0]
+    assert ev["state"] == "interrupted" and "resumable" in ev["message"], ev
+    assert not (incoming / "scan.vdif").exists() and (incoming / ".scan.vdif.vdifrec-part").exists()
+    had = manifest_blocks(incoming, "scan.vdif")
+    assert 4 <= had < 32
+
+    s = vdifrec.push(src, to=receiver.address, token_file=token, block_size=block)
+    (item,) = s["items"]
+    assert (item["state"], item["blocks_resumed"], item["blocks_resent"]) == ("resumed", had, 0)
+    assert item["bytes_sent"] == (32 - had) * block
+    assert (incoming / "scan.vdif").read_bytes() == data
+    assert item["digest"] == digest_of([data], block)
+    assert listing(incoming) == ["scan.vdif"]
+    (ev,) = wait_events(receiver, 1)
+    assert (ev["state"], ev["blocks_resumed"]) == ("received", had)
+
+
+def test_a_killed_receiver_is_resumed_when_it_is_back(tmp_path: Path, token: Path, incoming: Path) -> None:
+    src = tmp_path / "scan.vdif"
+    data = random_file(src, 8 * MiB, seed=2)
+
+    def receive() -> tuple[subprocess.Popen[str], int]:
+        p = subprocess.Popen([sys.executable, "-m", "vdifrec.cli", "receive", "--listen", "127.0.0.1:0", "--dir",
+                              str(incoming), "--token-file", str(token)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert p.stderr is not None
+        line = p.stderr.readline()
+        assert line.startswith("receiving on 127.0.0.1:"), line
+        return p, int(line.split()[2].rsplit(":", 1)[1])
+
+    first, port = receive()
+    summary: dict[str, Any] = {}
+    try:
+        with Relay(("127.0.0.1", port), per_connection=2e6, total=2e6) as relay:
+            t = threading.Thread(target=lambda: summary.update(vdifrec.push(
+                src, to=relay.address, token_file=token, block_size="256KiB", retry_seconds=2, check=False)))
+            t.start()
+            wait_for_blocks(incoming, "scan.vdif", 4)
+            first.kill()
+            t.join(timeout=30)
+    finally:
+        first.kill()
+        first.communicate(timeout=10)
+    assert summary["items"][0]["state"] == "failed" and "push again to resume" in summary["items"][0]["error"]
+    had = manifest_blocks(incoming, "scan.vdif")
+    assert had >= 4
+
+    second, port = receive()
+    try:
+        s = vdifrec.push(src, to=f"127.0.0.1:{port}", token_file=token, block_size="256KiB")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        out, err = second.communicate(timeout=10)
+    (item,) = s["items"]
+    assert (item["state"], item["blocks_resumed"]) == ("resumed", had)
+    assert (incoming / "scan.vdif").read_bytes() == data
+    assert second.returncode == 0 and "received scan.vdif" in out and "stopped" in err
+
+
+def test_cut_connections_are_made_again_and_their_blocks_resent(tmp_path: Path, token: Path, incoming: Path,
+                                                                 receiver: Any) -> None:
+    src = tmp_path / "scan.vdif"
+    data = random_file(src, 6 * MiB, seed=3)
+    target = ("127.0.0.1", int(receiver.address.rsplit(":", 1)[1]))
+    # The data connection cut 1.5 MB in: its unacknowledged blocks go to the next connection.
+    with Relay(target, cut={1: 1_500_000}) as relay:
+        s = vdifrec.push(src, to=relay.address, token_file=token, block_size="256KiB", streams=1)
+        assert relay.cuts == 1 and relay.accepted >= 3
+    (item,) = s["items"]
+    assert item["state"] == "sent" and 1 <= item["blocks_resent"] <= 2
+    assert item["bytes_sent"] == 6 * MiB + item["blocks_resent"] * (256 << 10)
+    assert (incoming / "scan.vdif").read_bytes() == data
+    wait_events(receiver, 1)
+
+    # Every connection cut at once (an outage of the path): the push resumes from the receiver's
+    # manifest over new connections.
+    (incoming / "scan.vdif").unlink()
+    with Relay(target, per_connection=3e6, total=3e6, cut_all_at=0.8) as relay:
+        s = vdifrec.push(src, to=relay.address, token_file=token, block_size="256KiB", streams=2)
+        assert relay.cuts == 1
+    (item,) = s["items"]
+    assert item["state"] == "sent" and item["reconnects"] >= 1, item
+    assert (incoming / "scan.vdif").read_bytes() == data
+    states = [e["state"] for e in wait_events(receiver, 2)]
+    assert states == ["interrupted", "received"]
+
+
+def test_a_block_damaged_in_flight_is_never_written_and_is_sent_again(tmp_path: Path, token: Path,
+                                                                      incoming: Path, receiver: Any) -> None:
+    src = tmp_path / "scan.vdif"
+    data = random_file(src, 4 * MiB, seed=4)
+    # Byte 600000 of the data connection lies in the first block's bytes (the handshake and the
+    # block's header take less than 1 kB).
+    with Relay(("127.0.0.1", int(receiver.address.rsplit(":", 1)[1])), flip={1: 600_000}) as relay:
+        s = vdifrec.push(src, to=relay.address, token_file=token, block_size="1MiB", streams=1)
+        assert relay.flipped == 1
+    (item,) = s["items"]
+    assert (item["state"], item["blocks_resent"], item["bytes_sent"]) == ("sent", 1, 5 * MiB)
+    (ev,) = wait_events(receiver, 1)
+    assert ev["blocks_damaged"] == 1
+    assert (incoming / "scan.vdif").read_bytes() == data
+
+
+def test_a_stopped_push_resumes_and_a_changed_source_is_refused(tmp_path: Path, token: Path, incoming: Path,
+                                                                receiver: Any) -> None:
+    src = tmp_path / "scan.vdif"
+    random_file(src, 4 * MiB, seed=5)
+    with Relay(("127.0.0.1", int(receiver.address.rsplit(":", 1)[1])), per_connection=1e6, total=1e6) as relay:
+        run = vdifrec._core.Push({"sources": [str(src)], "to": relay.address, "token_file": str(token),
+                                  "block_size": "256KiB"})
+        wait_for_blocks(incoming, "scan.vdif", 2)
+        run.stop()  # what Ctrl-C does
+        text = run.wait(20.0)
+    assert text is not None
+    assert json.loads(text)["items"][0]["state"] == "interrupted"
+    ev = wait_events(receiver, 1)[0]
+    assert ev["state"] == "interrupted", ev["message"]
+    with src.open("r+b") as f:  # the source is rewritten after the copy started
+        f.write(b"\0" * 10)
+    s = vdifrec.push(src, to=receiver.address, token_file=token, block_size="256KiB", check=False)
+    (item,) = s["items"]
+    assert item["state"] == "refused" and "the source changed since the partial copy was started" in item["error"]
+    assert ".scan.vdif.vdifrec-part" in item["error"]
+
+
+# -- who may send what -------------------------------------------------------------------------
+
+
+def test_a_wrong_missing_or_readable_token_is_refused(tmp_path: Path, token: Path, incoming: Path,
+                                                      receiver: Any) -> None:
+    src = tmp_path / "a.vdif"
+    random_file(src, 100_000)
+    wrong = tmp_path / "wrong"
+    wrong.write_text("another-token-0123456789abcdef\n")
+    wrong.chmod(0o600)
+    with pytest.raises(vdifrec.TransferError, match="authentication failed"):
+        vdifrec.push(src, to=receiver.address, token_file=wrong)
+    (ev,) = wait_events(receiver, 1)
+    assert ev["state"] == "refused" and "authentication failed" in ev["message"]
+    with pytest.raises(vdifrec.ArgumentError, match="token_file: cannot read"):
+        vdifrec.push(src, to=receiver.address, token_file=tmp_path / "none")
+    wrong.chmod(0o644)
+    with pytest.raises(vdifrec.ArgumentError, match="chmod 600"):
+        vdifrec.push(src, to=receiver.address, token_file=wrong)
+    assert listing(incoming) == []
+
+
+class RawClient:
+    """The sender's side of the protocol, written here from its description: frames of a 4-byte
+    big-endian length and JSON; an HMAC-SHA256 challenge each way."""
+
+    def __init__(self, address: str, token: str = TOKEN) -> None:
+        host, port = address.rsplit(":", 1)
+        self.s = socket.create_connection((host, int(port)), timeout=10)
+        hello = self.receive()
+        theirs, ours = hello["nonce"], os.urandom(32).hex()
+
+        def mac(role: str, a: str, b: str) -> str:
+            msg = b"vdifrec-transfer-1\0" + role.encode() + b"\0" + a.encode() + b"\0" + b.encode()
+            return hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()
+
+        self.send({"type": "prove", "nonce": ours, "mac": mac("sender", theirs, ours)})
+        proven = self.receive()
+        assert proven == {"type": "proven", "mac": mac("receiver", ours, theirs)}
+
+    def send(self, m: dict[str, Any]) -> None:
+        body = json.dumps(m).encode()
+        self.s.sendall(struct.pack(">I", len(body)) + body)
+
+    def receive(self) -> dict[str, Any]:
+        head = self._exactly(4)
+        reply: dict[str, Any] = json.loads(self._exactly(struct.unpack(">I", head)[0]))
+        return reply
+
+    def _exactly(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = self.s.recv(n - len(out))
+            assert chunk, "the receiver closed the connection"
+            out += chunk
+        return out
+
+    def close(self) -> None:
+        self.s.close()
+
+    def offer(self, name: str, files: list[tuple[str, int]], shape: str = "file") -> dict[str, Any]:
+        self.send({"type": "offer", "name": name, "shape": shape, "block_size": 65536, "sources": [],
+                   "files": [{"name": n, "size": size} for n, size in files]})
+        return self.receive()
+
+
+@pytest.mark.parametrize("name, files, shape", [
+    ("../evil", [("", 10)], "file"),
+    ("/etc/passwd", [("", 10)], "file"),
+    ("..", [("", 10)], "file"),
+    (".hidden", [("", 10)], "file"),
+    ("a/b", [("", 10)], "file"),
+    ("line\nfeed", [("", 10)], "file"),
+    ("scan", [("../../evil", 10)], "vbs"),
+    ("scan", [("x", 10), ("x", 10)], "vbs"),
+    ("scan", [("named", 10)], "file"),
+])
+def test_hostile_names_are_refused_and_nothing_is_written(tmp_path: Path, incoming: Path, receiver: Any,
+                                                          name: str, files: list[tuple[str, int]], shape: str) -> None:
+    before = {p for p in tmp_path.rglob("*")}
+    client = RawClient(receiver.address)
+    try:
+        reply = client.offer(name, files, shape)
+    finally:
+        client.close()
+    assert reply["type"] == "error" and reply["retry"] is False, reply
+    assert re.search("refused|offered twice|one unnamed file", reply["message"]), reply
+    (ev,) = wait_events(receiver, 1)
+    assert ev["state"] == "refused"
+    assert {p for p in tmp_path.rglob("*")} == before
+
+
+def test_links_are_never_followed_and_garbage_never_stops_the_receiver(tmp_path: Path, token: Path,
+                                                                       incoming: Path, receiver: Any) -> None:
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"precious")
+    incoming.mkdir(exist_ok=True)
+    (incoming / "linked.vdif").symlink_to(outside)
+    (incoming / ".planted.vdif.vdifrec-part").symlink_to(outside)
+    host, port = receiver.address.rsplit(":", 1)
+    for junk in (b"GET / HTTP/1.1\r\n\r\n", b"\xff" * 64, b""):
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(junk)
+    for name, size in (("linked.vdif", 8), ("planted.vdif", 100_000)):
+        random_file(tmp_path / "src" / name, size, seed=size)
+    s = vdifrec.push(tmp_path / "src" / "linked.vdif", tmp_path / "src" / "planted.vdif", to=receiver.address,
+                     token_file=token, check=False)
+    assert [i["state"] for i in s["items"]] == ["refused", "sent"]
+    assert "not a plain file" in s["items"][0]["error"]
+    assert outside.read_bytes() == b"precious"
+    assert (incoming / "planted.vdif").read_bytes() == (tmp_path / "src" / "planted.vdif").read_bytes()
+
+
+# -- how many streams, how fast --------------------------------------------------------------
+
+
+def settled_rate(samples: list[tuple[float, int, int]]) -> tuple[float, int]:
+    """Bytes per second from when the stream count last changed to the last sample (before the
+    queue runs dry), and that count."""
+    final = samples[-1][2]
+    since = max(i for i, s in enumerate(samples) if s[2] != final or i == 0) + 1
+    (t0, b0, _), (t1, b1, _) = samples[min(since, len(samples) - 2)], samples[int(len(samples) * 0.95)]
+    return (b1 - b0) / (t1 - t0), final
+
+
+def test_auto_finds_the_streams_a_capped_path_needs(tmp_path: Path, token: Path, incoming: Path,
+                                                    receiver: Any) -> None:
+    per_connection, total = 4e6, 24e6  # six connections fill this path
+    src = tmp_path / "scan.vdif"
+    np.tile(np.random.default_rng(7).integers(0, 256, MiB, dtype=np.uint8), 100).tofile(src)
+    rates, counts = [], []
+    target = ("127.0.0.1", int(receiver.address.rsplit(":", 1)[1]))
+    for run in range(3):
+        samples: list[tuple[float, int, int]] = []
+        with Relay(target, per_connection=per_connection, total=total) as relay:
+            s = vdifrec.push(src, to=relay.address, token_file=token, block_size="1MiB",
+                             progress=lambda p: samples.append((time.monotonic(), p.bytes_done, p.streams)))
+        (item,) = s["items"]
+        assert item["state"] == "sent"
+        rate, streams = settled_rate(samples)
+        assert streams == item["streams"]
+        rates.append(rate)
+        counts.append(streams)
+        assert item["streams_reason"].startswith(f"streams {streams}: "), item
+        (incoming / "scan.vdif").unlink()
+        wait_events(receiver, 1)
+    assert statistics.median(counts) >= 5, (counts, rates)
+    assert statistics.median(rates) >= 0.8 * total, (counts, rates)
+
+
+def test_auto_on_loopback_settles_on_few_streams(tmp_path: Path, token: Path, receiver: Any) -> None:
+    src = tmp_path / "scan.vdif"
+    # (The bytes do not matter here: one random MiB, over and over.)
+    np.tile(np.random.default_rng(6).integers(0, 256, MiB, dtype=np.uint8), 1024).tofile(src)
+    s = vdifrec.push(src, to=receiver.address, token_file=token, block_size="4MiB")
+    (item,) = s["items"]
+    assert item["state"] == "sent"
+    # The host, not the path, is the limit: streams stop being added well short of the most
+    # allowed (32), once more of them no longer pay (a stream is a thread hashing and copying
+    # at each end: more help up to about the cores there are), and the reason says what was
+    # measured.
+    assert item["streams"] <= max(4, (os.cpu_count() or 2) // 2), item
+    assert item["streams_reason"].startswith(f"streams {item['streams']}: ") and "CPU" in item["streams_reason"], item
+
+
+def test_the_rate_cap_holds(tmp_path: Path, token: Path, receiver: Any) -> None:
+    src = tmp_path / "scan.vdif"
+    random_file(src, 10_000_000)
+    s = vdifrec.push(src, to=receiver.address, token_file=token, block_size="256KiB", rate="80Mbps", streams=3)
+    (item,) = s["items"]
+    # 10 MB at 10 MB/s cannot take less than a second, however fast the host.
+    assert item["seconds"] >= 0.95 and item["rate_bps"] <= 84e6, item
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def test_cli_receive_and_push(tmp_path: Path, token: Path, incoming: Path) -> None:
+    src = tmp_path / "r2.vdif"
+    data = random_file(src, 3 * MiB)
+    rec = subprocess.Popen([sys.executable, "-m", "vdifrec.cli", "receive", "--listen", "0", "--dir", str(incoming),
+                            "--token-file", str(token), "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert rec.stderr is not None
+        line = rec.stderr.readline()
+        assert line.startswith("receiving on 127.0.0.1:") and str(incoming) in line, line
+        address = line.split()[2]
+        p = push_cli(str(src), "--to", address, "--token-file", str(token))
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert out.splitlines()[0].startswith(f"r2.vdif: sent, 0.00 GB verified (xxh3 {digest_of([data], 64 * MiB)})")
+        assert "1 item(s), 0.00 GB: all verified" in out
+        p = push_cli(str(src), "--to", address, "--token-file", str(token), "--json")
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0 and json.loads(out)["items"][0]["state"] == "skipped"
+        p = push_cli(str(src), "--to", "127.0.0.1:1", "--token-file", str(token))
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 1 and "FAILED: cannot connect to 127.0.0.1:1" in out, out + err
+    finally:
+        rec.send_signal(signal.SIGINT)
+        out, err = rec.communicate(timeout=10)
+    assert rec.returncode == 0
+    states = [json.loads(x)["state"] for x in out.splitlines()]
+    assert states == ["received", "skipped"]
+    assert (incoming / "r2.vdif").read_bytes() == data
