@@ -310,13 +310,13 @@ def test_a_stopped_push_resumes_and_a_changed_source_is_refused(tmp_path: Path, 
     src = tmp_path / "scan.vdif"
     random_file(src, 4 * MiB, seed=5)
     with Relay(("127.0.0.1", int(receiver.address.rsplit(":", 1)[1])), per_connection=1e6, total=1e6) as relay:
-        run = vdifrec._core.Push({"sources": [str(src)], "to": relay.address, "token_file": str(token),
-                                  "block_size": "256KiB"})
-        wait_for_blocks(incoming, "scan.vdif", 2)
-        run.stop()  # what Ctrl-C does
-        text = run.wait(20.0)
-    assert text is not None
-    assert json.loads(text)["items"][0]["state"] == "interrupted"
+        p = push_cli(str(src), "--to", relay.address, "--token-file", str(token), "--block-size", "256KiB")
+        try:
+            wait_for_blocks(incoming, "scan.vdif", 2)
+        finally:
+            p.send_signal(signal.SIGINT)  # Ctrl-C
+            out, err = p.communicate(timeout=20)
+    assert p.returncode == 1 and "interrupted" in err and "push again to resume" in err, (out, err)
     ev = wait_events(receiver, 1)[0]
     assert ev["state"] == "interrupted", ev["message"]
     with src.open("r+b") as f:  # the source is rewritten after the copy started
@@ -533,3 +533,16 @@ def test_cli_receive_and_push(tmp_path: Path, token: Path, incoming: Path) -> No
     states = [json.loads(x)["state"] for x in out.splitlines()]
     assert states == ["received", "skipped"]
     assert (incoming / "r2.vdif").read_bytes() == data
+
+
+def test_blocks_larger_than_the_receivers_memory_are_refused_naming_the_fix(tmp_path: Path, token: Path) -> None:
+    src = tmp_path / "a.vdif"
+    random_file(src, 100_000)
+    with vdifrec.Receiver(tmp_path / "in", listen="127.0.0.1:0", token_file=token, max_memory="1MiB") as r:
+        s = vdifrec.push(src, to=r.address, token_file=token, block_size="4MiB", check=False)
+        (item,) = s["items"]
+        assert item["state"] == "refused" and "smaller --block-size, or raise --max-memory" in item["error"], item
+        # Two pushes of one name in quick succession: the second waits for the first to let go.
+        for _ in range(2):
+            assert vdifrec.push(src, to=r.address, token_file=token, block_size="1MiB")["items"][0]["state"] in (
+                "sent", "skipped")

@@ -93,7 +93,7 @@ pub fn accept(stream: &mut TcpStream, token: &[u8]) -> Result<(), Option<String>
         },
     )
     .map_err(io)?;
-    let (theirs, proof) = match wire::receive(stream).map_err(io)? {
+    let (theirs, proof) = match wire::receive_small(stream).map_err(io)? {
         Message::Prove { nonce, mac } => (nonce, mac),
         other => {
             return Err(Some(format!(

@@ -39,6 +39,8 @@ pub struct Item {
 
 fn stamp(path: &Path) -> Result<SourceStamp, TransferError> {
     let m = std::fs::metadata(path).map_err(TransferError::io(path))?;
+    // The same file named another way (relative, through a link) is the same source.
+    let path = std::fs::canonicalize(path).map_err(TransferError::io(path))?;
     Ok(SourceStamp {
         path: path.display().to_string(),
         size: m.len(),
@@ -183,11 +185,14 @@ impl Item {
     }
 }
 
-/// Reads ranges of an item's destination files from their sources, keeping files open.
+/// Reads ranges of an item's destination files from their sources, keeping the last few
+/// files open (a vbs scan has thousands of chunk files; descriptors are not unlimited).
 #[derive(Default)]
 pub struct SourceReader {
     open: HashMap<PathBuf, File>,
 }
+
+const OPEN_FILES: usize = 32;
 
 impl SourceReader {
     /// Fills `buf` with bytes `offset..offset + buf.len()` of destination file `source`.
@@ -209,6 +214,10 @@ impl SourceReader {
             let from = offset + filled as u64 - start;
             let n = (end.min(want_end) - (start + from)) as usize;
             if !self.open.contains_key(&e.path) {
+                if self.open.len() >= OPEN_FILES {
+                    // Parts are read mostly in order: any file but the one needed will do.
+                    self.open.clear();
+                }
                 let f = File::open(&e.path).map_err(TransferError::io(&e.path))?;
                 self.open.insert(e.path.clone(), f);
             }

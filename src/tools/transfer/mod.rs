@@ -42,6 +42,21 @@ pub enum TransferError {
     Failed(String),
 }
 
+/// Raises this process's limit of open files to the most it may have: a receiver of a vbs
+/// scan keeps two descriptors per chunk file open while the scan is received.
+pub fn raise_open_files_limit() {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
 impl TransferError {
     fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> TransferError + '_ {
         move |source| TransferError::Io {

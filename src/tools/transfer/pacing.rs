@@ -2,34 +2,38 @@
 //! connections, and lower CPU and I/O priority for its threads (never the caller's process:
 //! an observation script that pushes keeps its own priority).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Spaces out bytes sent by any number of threads so that the total stays at or under
-/// `bytes_per_s` since the start.
+/// `bytes_per_s`. Time not used (a pause, the read-back between items) is not saved up beyond
+/// `BURST`, so the cap holds over any stretch, not only on average since the start.
 pub struct Pacer {
     bytes_per_s: Option<f64>,
-    start: Instant,
-    sent: AtomicU64,
+    /// When the bytes counted so far are all due.
+    due: Mutex<Instant>,
 }
+
+const BURST: Duration = Duration::from_millis(50);
 
 impl Pacer {
     pub fn new(bytes_per_s: Option<f64>) -> Pacer {
         Pacer {
             bytes_per_s,
-            start: Instant::now(),
-            sent: AtomicU64::new(0),
+            due: Mutex::new(Instant::now()),
         }
     }
 
     /// Counts `bytes` about to be sent and returns how long to wait first to keep the cap.
     pub fn delay_for(&self, bytes: u64) -> Duration {
-        let total = self.sent.fetch_add(bytes, Ordering::Relaxed) + bytes;
         let Some(rate) = self.bytes_per_s else {
             return Duration::ZERO;
         };
-        let due = Duration::from_secs_f64(total as f64 / rate);
-        due.saturating_sub(self.start.elapsed())
+        let now = Instant::now();
+        let earliest = now.checked_sub(BURST).unwrap_or(now);
+        let mut due = self.due.lock().unwrap();
+        *due = (*due).max(earliest) + Duration::from_secs_f64(bytes as f64 / rate);
+        due.saturating_duration_since(now)
     }
 
     /// Waits as `delay_for` says, in steps of at most 100 ms so that `stop` is seen.
@@ -87,6 +91,11 @@ mod tests {
         );
         let d = p.delay_for(500_000);
         assert!(d > Duration::from_millis(1400), "{d:?}");
+        // Time not used is not saved up beyond the burst: after a pause, the cap holds again.
+        let p = Pacer::new(Some(1e6));
+        std::thread::sleep(Duration::from_millis(300));
+        let d = p.delay_for(1_000_000);
+        assert!(d > Duration::from_millis(900), "{d:?}");
         assert_eq!(Pacer::new(None).delay_for(1 << 40), Duration::ZERO);
     }
 

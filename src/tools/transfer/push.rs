@@ -86,6 +86,8 @@ struct Config {
     pacer: Pacer,
     nice: bool,
     retry: Duration,
+    /// The count `auto` settled on for the last item: where the next one starts.
+    settled: Mutex<Option<usize>>,
 }
 
 fn arg(name: &str, why: impl Into<String>) -> TransferError {
@@ -203,6 +205,7 @@ impl Config {
             pacer: Pacer::new(rate),
             nice: o.nice,
             retry: Duration::from_secs_f64(o.retry_seconds),
+            settled: Mutex::new(None),
         })
     }
 }
@@ -463,7 +466,7 @@ fn connect(cfg: &Config) -> Result<TcpStream, String> {
         match TcpStream::connect_timeout(&a, Duration::from_secs(10)) {
             Ok(mut s) => {
                 let _ = s.set_nodelay(true);
-                let _ = socket2::SockRef::from(&s).set_keepalive(true);
+                super::receive::keepalive(&s);
                 s.set_read_timeout(Some(Duration::from_secs(60)))
                     .map_err(|e| e.to_string())?;
                 auth::prove(&mut s, &cfg.token)?;
@@ -501,8 +504,12 @@ fn attempt(
     })?;
     wire::send(&mut control, &Message::Offer(item.offer.clone()))
         .map_err(|e| Stop::Cut(e.to_string()))?;
+    // A destination already there is read whole by the receiver before it answers (minutes,
+    // for a large scan): wait for as long as the connection lives (keepalive tells).
+    let _ = control.set_read_timeout(None);
     let plan = wire::receive(&mut control)
         .map_err(|e| Stop::Cut(format!("no answer to the offer: {e}")))?;
+    let _ = control.set_read_timeout(Some(Duration::from_secs(60)));
     let (session, state, done, digests) = match plan {
         Message::Plan {
             session,
@@ -510,6 +517,12 @@ fn attempt(
             done,
             digests,
         } => (session, state, done, digests),
+        // Busy with this name (perhaps this push's own connection from before a cut, not yet
+        // seen dead there): try again, within retry_seconds.
+        Message::Error {
+            message,
+            retry: true,
+        } => return Err(Stop::Cut(message)),
         Message::Error { message, .. } => return Err(Stop::Fatal("refused", message)),
         other => {
             return Err(Stop::Fatal(
@@ -552,6 +565,7 @@ fn attempt(
         failed: Mutex::new(None),
         cut: Mutex::new(None),
         finished: AtomicBool::new(false),
+        damage: Mutex::default(),
         remote: Mutex::new(None),
         progress,
         stop,
@@ -676,6 +690,8 @@ struct Flow<'a> {
     failed: Mutex<Option<String>>,
     cut: Mutex<Option<String>>,
     finished: AtomicBool,
+    /// Times each block arrived damaged.
+    damage: Mutex<std::collections::HashMap<BlockIndex, u32>>,
     remote: Mutex<Option<RemoteLoad>>,
     progress: &'a Progress,
     stop: &'a AtomicBool,
@@ -686,6 +702,12 @@ struct Flow<'a> {
 /// goes out while the last one's acknowledgement is on its way back.
 const IN_FLIGHT: usize = 2;
 
+/// A block damaged in flight this many times fails the item (the path corrupts data).
+const MAX_DAMAGED: u32 = 8;
+
+/// Rounds of the whole-copy check that may find blocks wrong on the receiver's disk.
+const MAX_CHECKS: u32 = 3;
+
 impl Flow<'_> {
     fn give_back(&self, blocks: impl IntoIterator<Item = BlockIndex>) {
         let mut q = self.queue.lock().unwrap();
@@ -694,6 +716,21 @@ impl Flow<'_> {
             self.resent.fetch_add(1, Ordering::Relaxed);
         }
         self.work.notify_all();
+    }
+
+    /// Block `index` arrived damaged: sent again, unless it keeps arriving damaged.
+    fn damaged(&self, index: BlockIndex) {
+        let mut counts = self.damage.lock().unwrap();
+        let n = counts.entry(index).or_insert(0);
+        *n += 1;
+        if *n > MAX_DAMAGED {
+            self.failed.lock().unwrap().get_or_insert(format!(
+                "block {index} arrived damaged {n} times: something on the path (a NIC, a \
+                 switch, a middlebox) corrupts data; check the path, or push over another"
+            ));
+        } else {
+            self.give_back([index]);
+        }
     }
 
     fn over(&self, own_stop: &AtomicBool) -> bool {
@@ -785,8 +822,9 @@ impl Flow<'_> {
             let mut streams: Vec<(std::thread::ScopedJoinHandle<'_, ()>, Arc<AtomicBool>)> =
                 Vec::new();
             let mut tuner = Tuner::new(self.cfg, &control);
-            let mut target = self.cfg.fixed.unwrap_or(1);
+            let mut target = self.cfg.fixed.unwrap_or(tuner.current);
             let mut finish_sent = false;
+            let mut checks = 0;
             let outcome = loop {
                 // The verdict first: the receiver closes the control connection right after it.
                 if let Ok((resend, digest)) = verified_rx.try_recv() {
@@ -795,6 +833,17 @@ impl Flow<'_> {
                         break Ok(());
                     }
                     // Found wrong on the receiver's disk: send those again, then check again.
+                    checks += 1;
+                    if checks >= MAX_CHECKS {
+                        break Err(Stop::Fatal(
+                            "failed",
+                            format!(
+                                "blocks read back wrong from the receiver's disk {checks} times \
+                                 (blocks {resend:?}): its disk or memory returns other bytes \
+                                 than were written; check that host"
+                            ),
+                        ));
+                    }
                     self.pending
                         .fetch_add(resend.len() as u64, Ordering::Relaxed);
                     for &b in &resend {
@@ -975,7 +1024,7 @@ impl Flow<'_> {
                                 self.progress.bytes_done.fetch_add(len, Ordering::Relaxed);
                                 self.pending.fetch_sub(1, Ordering::Relaxed);
                             } else {
-                                self.give_back([index]);
+                                self.damaged(index);
                             }
                             acked.notify_all();
                         }
@@ -1095,7 +1144,8 @@ impl Tuner {
         Tuner {
             limits: cfg.limits,
             trials: Vec::new(),
-            current: 1,
+            // Items of one push share a path: start where the last one settled.
+            current: cfg.settled.lock().unwrap().unwrap_or(1),
             since: Instant::now(),
             settle: window / 4,
             window,
@@ -1146,6 +1196,7 @@ impl Tuner {
             Next::Settle { streams, reason } => {
                 self.current = streams;
                 self.settled = Some(reason);
+                *flow.cfg.settled.lock().unwrap() = Some(streams);
             }
         }
         Some(self.current)

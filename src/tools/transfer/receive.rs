@@ -136,18 +136,27 @@ struct Session {
     received: AtomicU64,
     closed: AtomicBool,
     started: Instant,
+    /// Held across a whole flush, so that a flush that finds nothing pending can be sure an
+    /// earlier one has finished (the copy is named only after its blocks are on disk).
+    flushing: Mutex<()>,
 }
 
 impl Session {
     /// Flushes the blocks written so far and lists them in the manifest.
     fn flush(&self) -> std::io::Result<()> {
+        let _one_at_a_time = self.flushing.lock().unwrap();
         let pending = std::mem::take(&mut self.state.lock().unwrap().written);
         if pending.is_empty() {
             return Ok(());
         }
-        // Every block in `pending` was written before this fdatasync began.
-        for f in &self.files {
-            f.buffered.sync_data()?;
+        // Every block in `pending` was written before this fdatasync began; only the files
+        // they are in need it (a vbs copy has thousands).
+        let files: std::collections::BTreeSet<usize> = pending
+            .iter()
+            .filter_map(|&(b, _)| self.map.span(b).map(|s| s.file))
+            .collect();
+        for f in files {
+            self.files[f].buffered.sync_data()?;
         }
         let mut st = self.state.lock().unwrap();
         st.manifest.append(&pending)?;
@@ -183,6 +192,40 @@ struct Shared {
     next_connection: AtomicU64,
     events: Mutex<Vec<ReceiveEvent>>,
     stop: AtomicBool,
+    /// Connections that have not proven the token yet.
+    unproven: AtomicUsize,
+}
+
+/// At most this many connections may be in their handshake at once.
+const MAX_UNPROVEN: usize = 16;
+
+/// A place among the connections not yet proven, given back when dropped.
+struct Unproven<'a>(&'a AtomicUsize);
+
+impl<'a> Unproven<'a> {
+    fn enter(count: &'a AtomicUsize) -> Option<Unproven<'a>> {
+        if count.fetch_add(1, Ordering::Relaxed) >= MAX_UNPROVEN {
+            count.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Unproven(count))
+    }
+}
+
+impl Drop for Unproven<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// TCP keepalive probes after 10 s idle, every 5 s, 4 of them: a half-open connection (the
+/// other end gone without a word) ends within about 30 s instead of hours.
+pub fn keepalive(s: &TcpStream) {
+    let k = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(10))
+        .with_interval(Duration::from_secs(5))
+        .with_retries(4);
+    let _ = socket2::SockRef::from(s).set_tcp_keepalive(&k);
 }
 
 pub struct Receiver {
@@ -233,6 +276,7 @@ impl Receiver {
             return Err(arg("dir", format!("{} is not a directory", dir.display())));
         }
         std::fs::create_dir_all(&dir).map_err(TransferError::io(&dir))?;
+        super::raise_open_files_limit();
         let listener = TcpListener::bind(addr)
             .map_err(|e| arg("listen", format!("cannot listen on {addr}: {e}")))?;
         listener
@@ -257,6 +301,7 @@ impl Receiver {
                 next_connection: AtomicU64::new(1),
                 events: Mutex::default(),
                 stop: AtomicBool::new(false),
+                unproven: AtomicUsize::new(0),
             }),
         })
     }
@@ -363,8 +408,15 @@ fn connection(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
         );
         return;
     }
+    // A dead peer (a path gone, a host rebooted) is noticed within about half a minute.
+    keepalive(&stream);
     // A peer that connects and says nothing is dropped; one that proves the token gets time.
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
+    // Connections not yet proven are few, so that strangers cannot hold every slot.
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let _unproven = Unproven::enter(&shared.unproven);
+    if _unproven.is_none() {
+        return;
+    }
     let event = |name: &str, message: String| ReceiveEvent {
         peer: peer.to_string(),
         name: name.to_string(),
@@ -378,7 +430,9 @@ fn connection(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
         digest: None,
         message,
     };
-    if let Err(refused) = auth::accept(&mut stream, &shared.token) {
+    let proven = auth::accept(&mut stream, &shared.token);
+    drop(_unproven);
+    if let Err(refused) = proven {
         // A peer that left before proving anything is not worth a line; one that failed is.
         let Some(why) = refused else { return };
         shared
@@ -650,7 +704,16 @@ fn control(
         digest: None,
         message: String::new(),
     };
-    if let Some(why) = problem_with(&offer) {
+    let problem = problem_with(&offer).or_else(|| {
+        (offer.block_size > shared.budget.max).then(|| {
+            format!(
+                "blocks of {} bytes do not fit the receiver's --max-memory of {}: push with a \
+                 smaller --block-size, or raise --max-memory at the receiver",
+                offer.block_size, shared.budget.max
+            )
+        })
+    });
+    if let Some(why) = problem {
         event.message = why.clone();
         refuse(&mut stream, why);
         shared.events.lock().unwrap().push(event);
@@ -659,7 +722,8 @@ fn control(
     if !shared.busy.lock().unwrap().insert(offer.name.clone()) {
         let why = format!("{} is being received from another push now", offer.name);
         event.message = why.clone();
-        refuse(&mut stream, why);
+        // Perhaps this push's own earlier connection, not yet seen dead: it may try again.
+        not_now(&mut stream, why);
         shared.events.lock().unwrap().push(event);
         return None;
     }
@@ -793,6 +857,7 @@ fn control(
         received: AtomicU64::new(0),
         closed: AtomicBool::new(false),
         started,
+        flushing: Mutex::new(()),
     });
     shared
         .sessions
@@ -1054,17 +1119,24 @@ fn receive_blocks(
                     st.written.push((index, want));
                 }
                 Err(e) => {
-                    st.failed
-                        .get_or_insert(format!("cannot write {}: {e}", session.part.display()));
+                    st.failed.get_or_insert(format!(
+                        "cannot write {}: {e}; make room (or mend the disk) there, then push \
+                         again to resume",
+                        session.part.display()
+                    ));
                 }
             }
             session.idle.notify_all();
         }
         if let Err(e) = written {
-            refuse(
-                stream,
-                format!("cannot write {}: {e}", session.part.display()),
-            );
+            let why = session
+                .state
+                .lock()
+                .unwrap()
+                .failed
+                .clone()
+                .unwrap_or_default();
+            refuse(stream, why);
             return Err(e);
         }
         wire::send(stream, &Message::Ack { index, ok: true })?;

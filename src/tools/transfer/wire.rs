@@ -137,13 +137,23 @@ pub fn send(w: &mut impl Write, m: &Message) -> std::io::Result<()> {
 
 /// Reads one message; a peer that sends something else is an `InvalidData` error.
 pub fn receive(r: &mut impl Read) -> std::io::Result<Message> {
+    receive_at_most(r, MAX_MESSAGE)
+}
+
+/// Reads a message of the handshake, before the peer has proven anything: a few hundred
+/// bytes, never the 64 MiB a proven peer may send.
+pub fn receive_small(r: &mut impl Read) -> std::io::Result<Message> {
+    receive_at_most(r, 4096)
+}
+
+fn receive_at_most(r: &mut impl Read, most: usize) -> std::io::Result<Message> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_MESSAGE {
+    if len > most {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("a message of {len} bytes: more than the {MAX_MESSAGE} allowed; is this a vdifrec push/receive?"),
+            format!("a message of {len} bytes: more than the {most} allowed here; is this a vdifrec push/receive?"),
         ));
     }
     let mut body = vec![0u8; len];
