@@ -8,6 +8,8 @@ raise the alarm), 2 for a usage error.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import socket
 import json
 import math
 import os
@@ -100,8 +102,19 @@ def _client(address: str | None) -> Any:
         from distributed import Client
     except ImportError:
         raise UsageError("--scheduler needs distributed: pip install 'vdifrec[dask]'") from None
+    # Ask before making a Client: one that fails to connect stays half made (and is closed,
+    # slowly, whenever it is collected).
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import backends
+
     try:
-        return Client(address, timeout=10)
+        scheme, where = parse_address(address)
+        if scheme not in backends:
+            raise ValueError(f"unknown address scheme {scheme!r} (known: {', '.join(sorted(backends))})")
+        if scheme in ("tcp", "tls"):
+            socket.create_connection(parse_host_port(where), timeout=10).close()
+        # Not the process's default client: the fringe test runs on it by `as_current`.
+        return Client(address, timeout=10, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
         raise UsageError(f"--scheduler: no Dask scheduler answers at {address!r}: {exc}") from None
 
@@ -117,11 +130,12 @@ def run_fringe_test(a: argparse.Namespace) -> int:
     stations = dict(zip(names, a.files))
     client = _client(a.scheduler)
     try:
-        df = fringe_test(
-            stations, seconds=a.seconds, nfft=a.nfft, channels=_channels(a.channels), max_delay=a.max_delay,
-            clock_offset=_offsets(a.clock_offset), stretches=a.stretches, exclude_tones=not a.keep_tones,
-            snr_threshold=a.snr_threshold, sample_rate=a.sample_rate,
-        )
+        with client.as_current() if client is not None else contextlib.nullcontext():
+            df = fringe_test(
+                stations, seconds=a.seconds, nfft=a.nfft, channels=_channels(a.channels), max_delay=a.max_delay,
+                clock_offset=_offsets(a.clock_offset), stretches=a.stretches, exclude_tones=not a.keep_tones,
+                snr_threshold=a.snr_threshold, sample_rate=a.sample_rate,
+            )
     except ValueError as exc:
         raise OptionError(str(exc)) from None
     except OSError as exc:
