@@ -38,9 +38,11 @@ pub fn read_token(path: &Path) -> Result<Vec<u8>, String> {
 
 fn nonce() -> String {
     let mut b = [0u8; 32];
-    // getrandom(2) blocks only before the kernel's pool is first seeded, long past at run time.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    assert_eq!(n, 32, "getrandom failed");
+    // The kernel's random source (read as a file: getrandom's glibc wrapper is newer than the
+    // glibc 2.17 the wheel runs on).
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .expect("/dev/urandom cannot be read");
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 

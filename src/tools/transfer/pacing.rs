@@ -47,11 +47,16 @@ impl Pacer {
     }
 }
 
+/// The calling thread's id (the system call: glibc's `gettid` is newer than the wheel's 2.17).
+fn thread_id() -> libc::id_t {
+    unsafe { libc::syscall(libc::SYS_gettid) as libc::id_t }
+}
+
 /// Lowers the calling thread's CPU priority to nice 19 and its I/O class to idle (it reads
 /// the disks only when nobody else does). Returns what could not be done, for the log.
 pub fn be_nice() -> Vec<String> {
     let mut problems = Vec::new();
-    let tid = unsafe { libc::gettid() } as libc::id_t;
+    let tid = thread_id();
     // On Linux, setpriority on a thread id sets that thread's nice value alone.
     if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, 19) } != 0 {
         problems.push(format!("nice 19: {}", std::io::Error::last_os_error()));
@@ -104,8 +109,7 @@ mod tests {
         std::thread::spawn(|| {
             // The I/O class may be refused in some containers; the CPU priority never is.
             assert!(be_nice().iter().all(|p| !p.starts_with("nice")));
-            let nice =
-                unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
+            let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, thread_id()) };
             assert_eq!(nice, 19);
         })
         .join()

@@ -663,8 +663,10 @@ fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
     let c =
         |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
     let (f, t) = (c(from)?, c(to)?);
+    // The system call, not glibc's wrapper (glibc 2.28): the wheel runs on glibc 2.17.
     let r = unsafe {
-        libc::renameat2(
+        libc::syscall(
+            libc::SYS_renameat2,
             libc::AT_FDCWD,
             f.as_ptr(),
             libc::AT_FDCWD,
@@ -676,7 +678,9 @@ fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
         return Ok(());
     }
     let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EINVAL) && std::fs::symlink_metadata(to).is_err() {
+    // A file system (or kernel) without it: rename, having looked first.
+    let unsupported = matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS));
+    if unsupported && std::fs::symlink_metadata(to).is_err() {
         return std::fs::rename(from, to);
     }
     Err(e)
@@ -720,11 +724,10 @@ fn control(
         return None;
     }
     if !shared.busy.lock().unwrap().insert(offer.name.clone()) {
+        // Perhaps this push's own earlier connection, not yet seen dead, or the push before
+        // it still closing: it tries again, and that try is what gets reported.
         let why = format!("{} is being received from another push now", offer.name);
-        event.message = why.clone();
-        // Perhaps this push's own earlier connection, not yet seen dead: it may try again.
         not_now(&mut stream, why);
-        shared.events.lock().unwrap().push(event);
         return None;
     }
     let finish = |mut e: ReceiveEvent, state: &'static str, message: String| {
