@@ -16,19 +16,24 @@ impl SizeError {
     }
 }
 
+/// `"1.5 GiB"` → (1.5, "GiB"): the number (digits, `.`, `_` separators) and the unit after it.
+fn number_and_unit(text: &str) -> Option<(f64, &str)> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    Some((num.replace('_', "").parse().ok()?, unit.trim()))
+}
+
 /// Parses a byte size; `name` is the argument's name, for the error.
 pub fn parse_size(name: &str, text: &str) -> Result<u64, SizeError> {
     let err = || SizeError {
         name: name.to_string(),
         text: text.to_string(),
     };
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let num: f64 = num.replace('_', "").parse().map_err(|_| err())?;
-    let mult: f64 = match unit.trim() {
+    let (num, unit) = number_and_unit(text).ok_or_else(err)?;
+    let mult: f64 = match unit {
         "" | "B" | "b" => 1.0,
         "k" | "kB" | "KB" => 1e3,
         "M" | "MB" => 1e6,
@@ -62,13 +67,7 @@ pub fn parse_rate(name: &str, text: &str) -> Result<f64, RateError> {
         name: name.to_string(),
         text: text.to_string(),
     };
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let num: f64 = num.replace('_', "").parse().map_err(|_| err())?;
-    let unit = unit.trim();
+    let (num, unit) = number_and_unit(text).ok_or_else(err)?;
     let bytes_per_s = if let Some(bits) = unit
         .strip_suffix("bps")
         .or_else(|| unit.strip_suffix("bit/s"))
