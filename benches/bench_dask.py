@@ -37,7 +37,7 @@ import numpy as np
 
 import vdifrec
 
-from common import median_seconds, report
+from common import env_float, env_int, median_seconds, report
 
 NFFT = 1024
 FPS = 125_000
@@ -49,20 +49,6 @@ WORKERS = 2
 #: (delay in samples, own seed) per station; every station at the same start second.
 STATIONS = {"A": (0, 101), "B": (7, 102), "C": (3, 103)}
 EXPECTED_DELAYS = {"A-B": 7, "A-C": 3, "B-C": -4}
-
-
-def env_float(name: str, default: float) -> float:
-    value = float(os.environ.get(name, default))
-    if not value > 0:
-        raise ValueError(f"{name}={value!r}: give a positive number")
-    return value
-
-
-def env_int(name: str, default: int) -> int:
-    value = int(os.environ.get(name, default))
-    if value < 1:
-        raise ValueError(f"{name}={value!r}: give a whole number, 1 or more")
-    return value
 
 
 def cpus() -> int:

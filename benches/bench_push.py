@@ -55,24 +55,10 @@ from pathlib import Path
 from typing import Any
 
 import vdifrec
-from bench_record import FS, REF_FPS, record_reference
-from common import report
+from bench_record import FS, REF_FPS, capture_only, record_reference
+from common import env_float, env_int, report
 
 CHUNK = 64 << 20  # bytes written at a time when making a source file
-
-
-def env_float(name: str, default: float) -> float:
-    value = float(os.environ.get(name, default))
-    if not value > 0:
-        raise ValueError(f"{name}={value!r}: give a positive number")
-    return value
-
-
-def env_int(name: str, default: int) -> int:
-    value = int(os.environ.get(name, default))
-    if value < 1:
-        raise ValueError(f"{name}={value!r}: give a whole number, 1 or more")
-    return value
 
 
 def rate_bytes(text: str) -> float:
@@ -460,14 +446,8 @@ class ReceiverProcess:
 def record_capture_only(seconds: float) -> dict[str, Any]:
     """The reference stream received and accounted, nothing written: for a host whose disk
     cannot take 1 GB/s, where the written recording loses frames with or without a push."""
-    rec = vdifrec.Recorder(port=0, ring="2GiB", frame_size=FS, fps=REF_FPS)
-    rec.start()
-    assert rec.address is not None
-    sent = vdifrec.send(rec.address, duration=seconds, fps=REF_FPS)
-    deadline = time.monotonic() + 10
-    while rec.stats().frames_received < sent["frames_sent"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return {"sent": sent, "summary": rec.stop()}
+    sent, summary = capture_only(REF_FPS, seconds)
+    return {"sent": sent, "summary": summary}
 
 
 def part_c() -> dict[str, float]:

@@ -6,6 +6,7 @@ machines are shared and noisy; the ratio is what to compare between runs.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -30,3 +31,19 @@ def report(title: str, rows: list[tuple[str, float, str]], ratios: list[tuple[st
         print(f"  {name:<44} {value:>12.3f} {unit}")
     for name, ratio, target in ratios:
         print(f"  {name:<44} {ratio:>12.2f}x   (target {target})")
+
+
+def env_float(name: str, default: float) -> float:
+    """A positive number from the environment (a benchmark's size or length)."""
+    value = float(os.environ.get(name, default))
+    if not value > 0:
+        raise ValueError(f"{name}={value!r}: give a positive number")
+    return value
+
+
+def env_int(name: str, default: int) -> int:
+    """A whole number, 1 or more, from the environment."""
+    value = int(os.environ.get(name, default))
+    if value < 1:
+        raise ValueError(f"{name}={value!r}: give a whole number, 1 or more")
+    return value
