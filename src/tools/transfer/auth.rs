@@ -3,6 +3,7 @@
 //! the token. The receiver proves itself too, so a push never sends a scan to an impostor.
 
 use super::wire::{self, Message};
+use crate::options::ArgError;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use std::net::TcpStream;
@@ -11,27 +12,30 @@ use std::path::Path;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// The token from the first line of `path` (surrounding spaces removed). A token file others
-/// can read is refused, as ssh refuses a private key others can read.
-pub fn read_token(path: &Path) -> Result<Vec<u8>, String> {
+/// The token from the first line of the `token_file` option (surrounding spaces removed),
+/// as push and receive both read it. A token file others can read is refused, as ssh refuses
+/// a private key others can read.
+pub fn read_token(path: Option<&Path>) -> Result<Vec<u8>, ArgError> {
+    let why = |w: String| ArgError::new("token_file", w);
+    let path =
+        path.ok_or_else(|| why("give the file holding the shared token (its first line)".into()))?;
     let shown = path.display();
-    let meta =
-        std::fs::metadata(path).map_err(|e| format!("token_file: cannot read {shown}: {e}"))?;
+    let meta = std::fs::metadata(path).map_err(|e| why(format!("cannot read {shown}: {e}")))?;
     if meta.permissions().mode() & 0o077 != 0 {
-        return Err(format!(
-            "token_file: {shown} can be read by other users (mode {:o}): run `chmod 600 {shown}`",
+        return Err(why(format!(
+            "{shown} can be read by other users (mode {:o}): run `chmod 600 {shown}`",
             meta.permissions().mode() & 0o777
-        ));
+        )));
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("token_file: cannot read {shown}: {e}"))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| why(format!("cannot read {shown}: {e}")))?;
     let token = text.lines().next().unwrap_or("").trim();
     if token.len() < 16 {
-        return Err(format!(
-            "token_file: the first line of {shown} holds {} characters; a token needs at least 16 \
+        return Err(why(format!(
+            "the first line of {shown} holds {} characters; a token needs at least 16 \
              (e.g. `head -c 32 /dev/urandom | base64 > {shown}` on one end, copied to the other)",
             token.len()
-        ));
+        )));
     }
     Ok(token.as_bytes().to_vec())
 }
@@ -195,14 +199,25 @@ mod tests {
         let f = dir.join("token");
         std::fs::write(&f, "  s3cret-s3cret-s3cret  \nsecond line\n").unwrap();
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(read_token(&f).unwrap_err().contains("chmod 600"));
-        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert_eq!(read_token(&f).unwrap(), b"s3cret-s3cret-s3cret");
-        std::fs::write(&f, "short\n").unwrap();
-        assert!(read_token(&f).unwrap_err().contains("at least 16"));
-        assert!(read_token(&dir.join("none"))
+        assert!(read_token(Some(&f))
             .unwrap_err()
+            .to_string()
+            .contains("chmod 600"));
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_token(Some(&f)).unwrap(), b"s3cret-s3cret-s3cret");
+        std::fs::write(&f, "short\n").unwrap();
+        assert!(read_token(Some(&f))
+            .unwrap_err()
+            .to_string()
+            .contains("at least 16"));
+        assert!(read_token(Some(&dir.join("none")))
+            .unwrap_err()
+            .to_string()
             .starts_with("token_file: cannot read"));
+        assert!(read_token(None)
+            .unwrap_err()
+            .to_string()
+            .starts_with("token_file: give the file"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -2,7 +2,9 @@
 //! one shorter), numbered across the files in order. A block never spans two files, so each
 //! is one `pwrite` at the receiver.
 
-use super::wire::{BlockIndex, FileEntry};
+use super::wire::{self, BlockIndex, FileEntry};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Where block `index` lies: file `file`, bytes `offset..offset + len` of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +58,41 @@ impl BlockMap {
 
     pub fn total_bytes(&self) -> u64 {
         self.sizes.iter().sum()
+    }
+
+    /// The xxh3-128 of every block, read by a few threads: each makes its reader with
+    /// `reader()` and fills a block with `read(reader, span, bytes)`.
+    pub fn digests<R, E: Send>(
+        &self,
+        reader: impl Fn() -> R + Sync,
+        read: impl Fn(&mut R, BlockSpan, &mut [u8]) -> Result<(), E> + Sync,
+    ) -> Result<Vec<u128>, E> {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+        let next = AtomicU64::new(0);
+        let out = Mutex::new(vec![0u128; self.count() as usize]);
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| -> Result<(), E> {
+                        let mut r = reader();
+                        let mut buf = vec![0u8; self.block_size as usize];
+                        loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(span) = self.span(i) else {
+                                return Ok(());
+                            };
+                            let b = &mut buf[..span.len as usize];
+                            read(&mut r, span, b)?;
+                            out.lock().unwrap()[i as usize] = wire::digest(b);
+                        }
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().expect("digest thread"))
+        })?;
+        Ok(out.into_inner().unwrap())
     }
 }
 

@@ -114,16 +114,7 @@ impl Config {
                 ))
             }
         }
-        let token_file = o.token_file.as_deref().ok_or_else(|| {
-            arg(
-                "token_file",
-                "give the file holding the shared token (its first line)",
-            )
-        })?;
-        let token = auth::read_token(token_file).map_err(|why| {
-            let (name, why) = why.split_once(": ").unwrap_or(("token_file", &why));
-            arg(name, why)
-        })?;
+        let token = auth::read_token(o.token_file.as_deref())?;
         let max_streams = in_range("max_streams", o.max_streams, 1, 256, "")? as usize;
         let fixed = match &o.streams {
             Streams::Word(w) if w == "auto" => None,
@@ -635,37 +626,15 @@ fn compare(
 }
 
 fn local_digests(cfg: &Config, item: &Item, map: &BlockMap) -> Result<Vec<u128>, TransferError> {
-    let next = AtomicU64::new(0);
-    let out = Mutex::new(vec![0u128; map.count() as usize]);
-    let threads = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .min(4);
-    std::thread::scope(|sc| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                sc.spawn(|| -> Result<(), TransferError> {
-                    if cfg.nice {
-                        pacing::be_nice();
-                    }
-                    let mut reader = SourceReader::default();
-                    let mut buf = vec![0u8; cfg.block_size as usize];
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(span) = map.span(i) else {
-                            return Ok(());
-                        };
-                        let b = &mut buf[..span.len as usize];
-                        reader.read(&item.sources[span.file], span.offset, b)?;
-                        out.lock().unwrap()[i as usize] = wire::digest(b);
-                    }
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .try_for_each(|w| w.join().expect("digest thread"))
-    })?;
-    Ok(out.into_inner().unwrap())
+    map.digests(
+        || {
+            if cfg.nice {
+                pacing::be_nice();
+            }
+            SourceReader::default()
+        },
+        |reader, span, b| reader.read(&item.sources[span.file], span.offset, b),
+    )
 }
 
 /// What the receiver last reported: bytes received and its CPU counters, at its clock.

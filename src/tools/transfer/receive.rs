@@ -75,6 +75,26 @@ pub struct ReceiveEvent {
     pub message: String,
 }
 
+impl ReceiveEvent {
+    /// A refusal from `peer` of `name` (empty: before any name was offered); the fields of a
+    /// transfer are filled in as it goes.
+    fn refused(peer: SocketAddr, name: &str, message: String) -> ReceiveEvent {
+        ReceiveEvent {
+            peer: peer.to_string(),
+            name: name.to_string(),
+            state: "refused",
+            bytes: 0,
+            bytes_received: 0,
+            blocks: 0,
+            blocks_resumed: 0,
+            blocks_damaged: 0,
+            seconds: 0.0,
+            digest: None,
+            message,
+        }
+    }
+}
+
 /// Bytes of block buffers in use, bounded by `max_memory`.
 struct Budget {
     used: Mutex<u64>,
@@ -251,16 +271,7 @@ impl Receiver {
             .dir
             .clone()
             .ok_or_else(|| arg("dir", "give the directory transfers land in"))?;
-        let token_file = opts.token_file.as_deref().ok_or_else(|| {
-            arg(
-                "token_file",
-                "give the file holding the shared token (its first line)",
-            )
-        })?;
-        let token = auth::read_token(token_file).map_err(|why| {
-            let (name, why) = why.split_once(": ").unwrap_or(("token_file", &why));
-            arg(name, why)
-        })?;
+        let token = auth::read_token(opts.token_file.as_deref())?;
         let max_connections = crate::options::in_range(
             "max_connections",
             opts.max_connections,
@@ -417,19 +428,7 @@ fn connection(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
     if _unproven.is_none() {
         return;
     }
-    let event = |name: &str, message: String| ReceiveEvent {
-        peer: peer.to_string(),
-        name: name.to_string(),
-        state: "refused",
-        bytes: 0,
-        bytes_received: 0,
-        blocks: 0,
-        blocks_resumed: 0,
-        blocks_damaged: 0,
-        seconds: 0.0,
-        digest: None,
-        message,
-    };
+    let event = |name: &str, message: String| ReceiveEvent::refused(peer, name, message);
     let proven = auth::accept(&mut stream, &shared.token);
     drop(_unproven);
     if let Err(refused) = proven {
@@ -558,41 +557,12 @@ fn same_shape(root: &Path, offer: &Offer) -> Result<(), String> {
 }
 
 /// Each block's checksum as it is on disk now, read with a few threads.
-fn digests_on_disk(
-    paths: &[PathBuf],
-    map: &BlockMap,
-    block_size: u64,
-) -> std::io::Result<Vec<u128>> {
+fn digests_on_disk(paths: &[PathBuf], map: &BlockMap) -> std::io::Result<Vec<u128>> {
     let files: Vec<File> = paths.iter().map(File::open).collect::<Result<_, _>>()?;
-    let count = map.count();
-    let threads = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .min(4) as u64;
-    let next = AtomicU64::new(0);
-    let out = Mutex::new(vec![0u128; count as usize]);
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| -> std::io::Result<()> {
-                    let mut buf = vec![0u8; block_size as usize];
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(span) = map.span(i) else {
-                            return Ok(());
-                        };
-                        let b = &mut buf[..span.len as usize];
-                        files[span.file].read_exact_at(b, span.offset)?;
-                        let d = wire::digest(b);
-                        out.lock().unwrap()[i as usize] = d;
-                    }
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .try_for_each(|w| w.join().expect("reader thread"))
-    })?;
-    Ok(out.into_inner().unwrap())
+    map.digests(
+        || (),
+        |_, span, b| files[span.file].read_exact_at(b, span.offset),
+    )
 }
 
 fn create_dest(root: &Path, offer: &Offer) -> std::io::Result<Vec<DestFile>> {
@@ -696,17 +666,8 @@ fn control(
 ) -> Option<ReceiveEvent> {
     let started = Instant::now();
     let mut event = ReceiveEvent {
-        peer: peer.to_string(),
-        name: offer.name.clone(),
-        state: "refused",
         bytes: offer.files.iter().map(|f| f.size).sum(),
-        bytes_received: 0,
-        blocks: 0,
-        blocks_resumed: 0,
-        blocks_damaged: 0,
-        seconds: 0.0,
-        digest: None,
-        message: String::new(),
+        ..ReceiveEvent::refused(peer, &offer.name, String::new())
     };
     let problem = problem_with(&offer).or_else(|| {
         (offer.block_size > shared.budget.max).then(|| {
@@ -753,7 +714,7 @@ fn control(
             refuse(&mut stream, why.clone());
             return finish(event, "refused", why);
         }
-        let digests = match digests_on_disk(&dest_paths(&dest, &offer), &map, offer.block_size) {
+        let digests = match digests_on_disk(&dest_paths(&dest, &offer), &map) {
             Ok(d) => d,
             Err(e) => {
                 let why = format!("cannot read {}: {e}", dest.display());
@@ -1022,7 +983,7 @@ fn check_whole(session: &Session) -> std::io::Result<(Vec<BlockIndex>, u128)> {
     }
     session.flush()?;
     let paths = dest_paths(&session.part, &session.offer);
-    let on_disk = digests_on_disk(&paths, &session.map, session.offer.block_size)?;
+    let on_disk = digests_on_disk(&paths, &session.map)?;
     let mut st = session.state.lock().unwrap();
     let mut resend = Vec::new();
     for (i, d) in on_disk.iter().enumerate() {
