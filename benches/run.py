@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-BENCHES = ["decode", "spectrum", "monitor", "status", "backends", "record", "scans", "vsi", "dask", "push"]
+BENCHES = ["decode", "spectrum", "monitor", "status", "live", "backends", "record", "scans", "vsi", "dask", "push"]
 
 
 def main(argv: list[str]) -> int:

@@ -231,27 +231,71 @@ def test_a_view_of_more_frames_than_have_arrived_holds_those_that_have() -> None
 
 def test_a_held_view_pins_its_frames_and_the_capture_counts_overflows() -> None:
     rec = started(ring="4MiB", frame_size=8224)  # 384 slots of 8224 bytes (3 runs of 128)
-    vdifrec.send(rec.address, frames=300, fps=20_000, **START)
-    d1 = delivered(rec.address, 300, taken(rec))
-    n = 300 - d1.kernel_drops  # all 300 where the kernel dropped none
-    with rec.view(n) as frames:
+    vdifrec.send(rec.address, frames=150, fps=20_000, **START)
+    d1 = delivered(rec.address, 150, taken(rec))
+    n = 150 - d1.kernel_drops  # all 150 where the kernel dropped none
+    with rec.view(n, hold=True) as frames:
+        assert frames.held and frames.valid
         before = frames.copy()
         first_fnr = int(frames[0, 4:8].view("<u4")[0] & 0xFFFFFF)
         # 2000 more frames at full speed: only 384 - n fit while the view pins the oldest.
         sent = vdifrec.send(rec.address, frames=2000, fps=20_000, ref_epoch=53, start_second=3001)
-        d2 = delivered(rec.address, 2300 + d1.flushes, taken(rec))
+        d2 = delivered(rec.address, 2150 + d1.flushes, taken(rec))
         s = rec.stats()
         np.testing.assert_array_equal(frames, before)
         assert int(frames[0, 4:8].view("<u4")[0] & 0xFFFFFF) == first_fnr
+        assert frames.valid and frames.stale_frames == 0
         assert s.frames_received == 384
         assert s.kernel_drops == d2.kernel_drops
-        assert s.ring_overflows == sent["frames_sent"] + 300 - d2.kernel_drops - 384
+        assert s.ring_overflows == sent["frames_sent"] + 150 - d2.kernel_drops - 384
         assert s.frames_lost <= s.kernel_drops  # overflows are not loss; gaps are the kernel's drops
     # Released: the capture uses the ring again.
     vdifrec.send(rec.address, frames=500, fps=20_000, ref_epoch=53, start_second=3002)
-    d3 = delivered(rec.address, 2800 + d1.flushes + d2.flushes, taken(rec))
+    d3 = delivered(rec.address, 2650 + d1.flushes + d2.flushes, taken(rec))
     s = rec.stats()
     assert s.frames_received == 384 + 500 - (d3.kernel_drops - d2.kernel_drops)
+    rec.stop()
+
+
+def test_a_view_yields_to_the_capture_and_says_it_is_stale() -> None:
+    # Monitoring (no writer): only a held view could make the capture drop a frame.
+    rec = started(ring="4MiB", frame_size=8224)  # 384 slots
+    vdifrec.send(rec.address, frames=150, fps=20_000, **START)
+    d1 = delivered(rec.address, 150, taken(rec))
+    n = 150 - d1.kernel_drops
+    with rec.view(n) as frames:
+        assert not frames.held and frames.valid and frames.first_frame == 0
+        spectrum = vdifrec.spectrum(frames, nfft=256, sample_rate=20_000 * 8192)
+        assert spectrum.nint > 0
+        # 300 more frames lap the ring: frames 384.. take the slots of the view's first frames.
+        vdifrec.send(rec.address, frames=300, fps=20_000, ref_epoch=53, start_second=3001)
+        d2 = delivered(rec.address, 450 + d1.flushes, taken(rec))
+        received = 450 - d2.kernel_drops
+        assert rec.stats().ring_overflows == 0 and rec.stats().frames_received == received
+        # While the capture runs, a reservation of the next batch counts as taken too.
+        assert frames.stale_frames >= min(n, received - 384)
+        stopped = rec.stop()
+        assert stopped.ring_overflows == 0
+        # Stopped: exactly the frames rewritten.
+        assert frames.stale_frames == min(n, max(0, received - 384))
+        if received > 384:
+            assert not frames.valid
+            with pytest.raises(vdifrec.StaleViewError, match=rf"spectrum: the view of frames 0\.\.{n} is stale: the capture overwrote {received - 384} of its {n} frames"):
+                vdifrec.spectrum(frames, nfft=256, sample_rate=20_000 * 8192)
+            with pytest.raises(vdifrec.StaleViewError, match="bstate"):
+                vdifrec.bstate(frames[:10])
+            with pytest.raises(vdifrec.StaleViewError, match="decode"):
+                vdifrec.decode(np.asarray(frames))
+
+
+def test_a_view_of_more_than_half_the_ring_is_refused() -> None:
+    rec = started(ring="4MiB", frame_size=8224)  # 384 slots
+    vdifrec.send(rec.address, frames=300, fps=20_000, **START)
+    delivered(rec.address, 300, taken(rec))
+    for hold in (False, True):
+        with pytest.raises(vdifrec.ArgumentError, match=r"n: a view of 193 frames is more than half the ring \(192 of its 384 frames\)"):
+            rec.latest(193, hold=hold)
+    assert rec.latest(192).shape[0] == 192
     rec.stop()
 
 
@@ -268,14 +312,14 @@ def test_views_across_the_ring_end_are_contiguous(tmp_path: Path) -> None:
         sent += want
         d = delivered(rec.address, sent + flushes, taken(rec))
         flushes += d.flushes
-    view = rec.latest(200)  # frames 300..499: slots 300..383 then 0..115
+    view = rec.latest(190)  # frames 310..499: slots 310..383 then 0..115
     assert view.flags.c_contiguous and view.strides == (FS, 1)
     copy = view.copy()
     rec.stop()
-    np.testing.assert_array_equal(copy, frames_of(out)[300:500])
+    np.testing.assert_array_equal(copy, frames_of(out)[310:500])
     if sent == 500:  # the kernel dropped none
         fnr = view[:, 4:8].view("<u4")[:, 0] & 0xFFFFFF
-        assert list(fnr) == list(range(300, 500))
+        assert list(fnr) == list(range(310, 500))
 
 
 def test_ten_thousand_views_do_not_leak() -> None:
@@ -294,7 +338,7 @@ def test_ten_thousand_views_do_not_leak() -> None:
         v = rec.latest(64)
         assert v.shape == (64, FS)
         if i % 3 == 0:
-            with rec.view(16) as w:
+            with rec.view(16, hold=True) as w:
                 assert w.shape[0] == 16
     del v
     gc.collect()

@@ -214,6 +214,9 @@ def _cases() -> list[Case]:
     flag("record", "--status-listen", {"nonsense": "HOST:PORT", "99999": "HOST:PORT", "127.0.0.1:99999": "HOST:PORT",
                                        "": "HOST:PORT", "127.0.0.1:{busy_tcp}": "another address or port"})
     flag("record", "--status-listen", {"192.0.2.1:8089": "another address"})
+    share = r"share of a second: give a number in \(0, 1\]"
+    flag("record", "--live-fraction", {"0": share, "1.5": share, "-0.1": share, "abc": "expected a number", "nan": "finite number"})
+    flag("record", "--live-nfft", {"8": r"16\.\.65536", "100000": r"16\.\.65536", "abc": WHOLE})
     # Scans: the disks and the name are checked before the ring is allocated; the name, start
     # and stop when the scan starts (the recorder then stops at once, having written nothing).
     scan = {"without": ("--no-write",), "extra": ("--disk={tmp}", "--scan=s")}
@@ -252,6 +255,8 @@ def _cases() -> list[Case]:
     flag(sv, "--interface", {"": "ip link"}, extra=("--backend=afpacket", *raw_port))
     flag(sv, "--pfring-library", {"": EMPTY}, extra=("--backend=pfring", "--interface=lo", *raw_port))
     flag(sv, "--status-listen", {"nonsense": "HOST:PORT", "127.0.0.1:99999": "HOST:PORT"})
+    flag(sv, "--live-fraction", {"0": share, "2": share})
+    flag(sv, "--live-nfft", {"8": r"16\.\.65536"})
     flag(sv, "--disk", {"": EMPTY, nodir: "does not exist", "{tmp}/none*": "matches no directory"})
     flag(sv, "--format", {"mk5": "file, vbs or mk6"})
     flag(sv, "--chunk-size", {"0": "at least", "1XB": SIZE_UNITS})

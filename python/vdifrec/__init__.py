@@ -23,10 +23,13 @@ from ._core import (
     PortInUseError,
     RecorderError,
     SenderError,
+    StaleViewError,
 )
 from .files import check, generate
 from .reader import Reader, decode, open
 from .quality import BitStats, Fringe, Spectrum, Tone, bstate, find_tones, fringe, spectrum
+from ._live import LiveLook
+from ._views import RingFrames
 from .recorder import Recorder, Sender, send
 from .remote import RemoteStatus, RemoteStatuses
 from .reports import DiskRecord, FileRecord, ScanSummary, SecondRow, Stats, Summary, ThreadSecond
@@ -59,6 +62,7 @@ __all__ = [
     "FormatError",
     "GapError",
     "Header",
+    "LiveLook",
     "HeaderError",
     "OutputError",
     "PortInUseError",
@@ -73,6 +77,8 @@ __all__ = [
     "SecondRow",
     "Sender",
     "SenderError",
+    "StaleViewError",
+    "RingFrames",
     "Spectrum",
     "Stats",
     "Summary",

@@ -89,7 +89,11 @@ def add_capture_arguments(p: Any, port_required: bool) -> None:
     p.add_argument("--backend", help="capture backend: udp (default, no privileges), afpacket (TPACKET_V3 on --interface, CAP_NET_RAW), pfring (PF_RING on --interface)")
     p.add_argument("--interface", help="network interface for the afpacket and pfring backends")
     p.add_argument("--pfring-library", type=path, help="path of libpfring.so (default: the system's)")
-    p.add_argument("--status-listen", help="serve GET /status (JSON) and /metrics (Prometheus) at HOST:PORT (PORT alone: localhost)")
+    p.add_argument("--status-listen", help="serve the control-room page (GET /), /status (JSON), /history and /metrics (Prometheus) at HOST:PORT (PORT alone: localhost)")
+    p.add_argument("--no-live", dest="live", action="store_false", default=None, help="no live quality monitor (on with --status-listen: spectra, bit statistics, tones of part of each second)")
+    p.add_argument("--live-fraction", type=number, help="share of each second the live monitor analyses, in (0, 1] (default: what the spare CPU allows, ~1/16 on 2 cores)")
+    p.add_argument("--live-nfft", type=integer, help=f"spectral channels of the live spectra (default {default('recorder', 'live_nfft')})")
+    p.add_argument("--latency", action="store_true", default=None, help="per-stage latency stamps (kernel → capture → ring → write → disk, and VDIF time vs arrival); the table at the end")
 
 
 def add_scan_arguments(p: Any, disks_required: bool = False) -> None:
@@ -186,7 +190,8 @@ def follow(rec: Recorder, duration: float | None, quiet: bool, out: Any = None, 
     header = STREAMS_HEADER if several else HEADER
     print(f"listening on {rec.listening}", file=out, flush=True)
     if rec.status_address is not None:
-        print(f"status on http://{rec.status_address[0]}:{rec.status_address[1]}/status and /metrics", file=out, flush=True)
+        host, port = rec.status_address
+        print(f"status on http://{host}:{port}/ (the page), /status and /metrics", file=out, flush=True)
     rows = 0
     idle_warned = False
     try:

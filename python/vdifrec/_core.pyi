@@ -25,6 +25,7 @@ __all__ = [
     "Sender",
     "SenderError",
     "SpectrumAccumulator",
+    "StaleViewError",
     "TransferError",
     "TWO_BIT_THRESHOLD_SIGMA",
     "bit_states",
@@ -81,6 +82,9 @@ class OutputError(RecorderError):
 class SenderError(RuntimeError):
     """The sender could not start or failed."""
 
+class StaleViewError(RecorderError):
+    """A ring view's frames were overwritten while it was used (views yield to the recording)."""
+
 class TransferError(RuntimeError):
     """A push or receive could not be done (nobody listening, a wrong token, a refused or failed item)."""
 
@@ -118,6 +122,10 @@ class RecorderOptions(TypedDict, total=False):
     disk_limit: _Size | None
     big_endian: bool
     status_listen: str | None
+    live: bool | None
+    live_fraction: float | None
+    live_nfft: int
+    latency: bool
     disks: list[_Path]
     format: str | None
     chunk_size: _Size | None
@@ -188,6 +196,8 @@ class Recorder:
         """Every counter as JSON (None when not running)."""
     def wait_rows(self, start: int, timeout: float) -> str:
         """Rows after index ``start`` as a JSON list, waiting up to ``timeout`` seconds."""
+    def live(self) -> str | None:
+        """The live monitor's newest look as JSON (None before its first, or when it is off)."""
     def finished(self) -> bool: ...
     def start_scan(self, name: str, start: str | None = None, stop: str | None = None) -> str:
         """Starts a scan (bounds as UTC text); the name used on disk."""
@@ -201,23 +211,31 @@ class Recorder:
     def status_address(self) -> tuple[str, int] | None: ...
     @property
     def running(self) -> bool: ...
-    def pin_latest(self, n: int) -> tuple[RingView, int]:
-        """Pins the newest ``n`` frames: (owner, first frame number)."""
-    def pin_frames(self, first: int, n: int) -> RingView:
-        """Pins frames ``first .. first + n - 1``; IndexError if no longer in the ring."""
+    def pin_latest(self, n: int, hold: bool = False) -> tuple[RingView, int]:
+        """A view of the newest ``n`` frames, pinned with ``hold`` (else yielding): (owner, first frame number)."""
+    def pin_frames(self, first: int, n: int, hold: bool = False) -> RingView:
+        """A view of frames ``first .. first + n - 1``; IndexError if no longer in the ring."""
 
 @final
 class RingView:
-    """Owner of pinned ring frames; ``array()`` is the zero-copy view."""
+    """Owner of viewed ring frames (pinned with ``hold``); ``array()`` is the zero-copy view."""
 
     @property
     def first(self) -> int: ...
     @property
     def count(self) -> int: ...
     @property
+    def hold(self) -> bool: ...
+    @property
     def pinned(self) -> bool: ...
+    @property
+    def stale_frames(self) -> int: ...
+    @property
+    def ring_slots(self) -> int: ...
     def array(self) -> npt.NDArray[np.uint8]: ...
     def release(self) -> None: ...
+    def check_fresh(self, what: str) -> None:
+        """Raises StaleViewError if the capture took back any of the view's frames."""
 
 @final
 class DiscardReceiver:

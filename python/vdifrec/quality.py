@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from . import _core
 from ._units import to_hz
+from ._views import checks_views
 from .reader import Reader
 
 __all__ = ["BitStats", "Fringe", "Spectrum", "Tone", "bstate", "find_tones", "fringe", "spectrum"]
@@ -247,6 +248,7 @@ def _at_most(nint: int | None, samples: int, nfft: int, complex_data: bool) -> i
 # -- the checks ----------------------------------------------------------------------------
 
 
+@checks_views("spectrum")
 def spectrum(x: Any, nfft: int = 1024, nint: int | None = None, sample_rate: Any = None) -> Spectrum:
     """Averaged power spectra of every thread and channel (like m5spec).
 
@@ -341,6 +343,7 @@ def _frame_states(parts: list[npt.NDArray[np.uint8]]) -> tuple[list[int], npt.ND
     return threads, np.stack([by_thread[t] for t in threads]), h.bits
 
 
+@checks_views("bstate")
 def bstate(x: Any, bits: int | None = None) -> BitStats:
     """Fraction of samples in each quantisation state per (thread, channel), like m5bstate.
 
@@ -419,6 +422,7 @@ def _fringe_of(
     )
 
 
+@checks_views("fringe")
 def fringe(
     a: Any,
     b: Any = None,

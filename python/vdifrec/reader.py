@@ -13,6 +13,7 @@ import numpy.typing as npt
 
 from . import _core
 from ._units import to_hz
+from ._views import checks_views
 from .scans import Disks, expand_disks
 
 __all__ = ["FrameSets", "Reader", "open", "decode"]
@@ -316,6 +317,7 @@ class FrameSets:
         return out.view(np.complex64) if h.complex else out
 
 
+@checks_views("decode")
 def decode(frames: npt.NDArray[np.uint8], squeeze: bool = True) -> npt.NDArray[Any]:
     """Decodes whole frames (rows of a ``(n, frame_size)`` uint8 array) into samples.
 

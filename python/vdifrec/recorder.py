@@ -15,6 +15,8 @@ import numpy.typing as npt
 
 from . import _core
 from ._units import plain_options
+from ._live import LiveLook
+from ._views import RingFrames, frames_of
 from .reports import ScanSummary, SecondRow, Stats, Summary
 
 if TYPE_CHECKING:
@@ -138,9 +140,25 @@ class Recorder:
     disk_limit : int or str, optional
         Test aid: the writer behaves as if the disk were full after this many bytes.
     status_listen : str, optional
-        Serve ``GET /status`` (JSON) and ``GET /metrics`` (Prometheus) at ``"HOST:PORT"``
-        (``"8089"`` alone means 127.0.0.1:8089; port 0 picks a free one, see
-        ``status_address``). Off by default; never on the network unless an address says so.
+        Serve the control-room page (``GET /``), ``GET /status`` (JSON), ``GET /history`` and
+        ``GET /metrics`` (Prometheus) at ``"HOST:PORT"`` (``"8089"`` alone means
+        127.0.0.1:8089; port 0 picks a free one, see ``status_address``). Off by default;
+        never on the network unless an address says so.
+    live : bool, optional
+        The live quality monitor: once a second a lowest-priority thread analyses part of the
+        newest frames (spectra, bit statistics, tones) for ``live()``, the page, ``/status``
+        and ``/metrics``. On whenever ``status_listen`` is given (None); False turns it off,
+        True runs it without the status endpoint. It pins nothing and never costs a frame: a
+        look the capture overtakes, or one without spare CPU, is skipped and counted.
+    live_fraction : float, optional
+        Share of each second the monitor analyses, in (0, 1] (default: what the spare CPU
+        allows, about 1/16 of a second on a 2-core host).
+    live_nfft : int
+        Spectral channels of the live spectra (default 1024).
+    latency : bool
+        Per-stage latency stamps (kernel receive → capture → ring → write → on disk, and the
+        frames' VDIF time against their arrival), one frame in 64: histograms in the summary's
+        ``latency``, ``/status`` and ``/metrics`` (default False).
     disks : list of str or os.PathLike, optional
         Record *scans* to these directories, one per disk (globs such as ``"/mnt/disk*"`` are
         expanded). The recorder then receives and counts all the time and writes only between
@@ -167,13 +185,18 @@ class Recorder:
     Zero-copy views
     ---------------
     ``latest(n)``, ``frames(first, n)`` and ``with view(n) as frames:`` return read-only
-    ``(n, frame_size)`` uint8 arrays whose memory is the ring itself: nothing is copied, two
-    overlapping views share memory, and a view stays valid after the Recorder is gone. A view
-    *pins* its frames: the capture will not overwrite them (it drops new frames and counts ring
-    overflows instead) until the view is released: at the end of the ``with`` block, or when the
-    array is garbage-collected. The ring is mapped twice back to back, so a view across the
-    ring's end is still one contiguous array. Frames are numbered from 0 in arrival order since
-    ``start()``; ``stats().frames_received`` is the next number.
+    ``(n, frame_size)`` uint8 arrays (``RingFrames``) whose memory is the ring itself: nothing is
+    copied, two overlapping views share memory, and a view stays usable after the Recorder is
+    gone. The recording comes first: a view *yields* to the capture, which overwrites its frames
+    when it needs their slots rather than drop new frames. ``frames.valid`` and
+    ``frames.stale_frames`` tell whether that happened, and ``spectrum``, ``bstate``, ``fringe``
+    and ``decode`` raise ``StaleViewError`` rather than compute from overwritten frames: view a
+    fraction of a second and use it at once. With ``hold=True`` a view *pins* its frames
+    instead: the capture drops new frames (counted as ring overflows) until the view is
+    released, at the end of the ``with`` block or when the array is garbage-collected. A view of
+    more than half the ring is refused. The ring is mapped twice back to back, so a view across
+    the ring's end is still one contiguous array. Frames are numbered from 0 in arrival order
+    since ``start()``; ``stats().frames_received`` is the next number.
     """
 
     def __init__(self, **options: Unpack[RecorderOptions]) -> None:
@@ -310,33 +333,47 @@ class Recorder:
                 return
 
     # -- zero-copy views ---------------------------------------------------------------
-    def latest(self, n: int) -> npt.NDArray[np.uint8]:
+    def latest(self, n: int, hold: bool = False) -> RingFrames:
         """The newest ``n`` frames (fewer, when fewer have arrived: the array's length says how
-        many), pinned until the array is garbage-collected."""
+        many), as a zero-copy view that yields to the capture (``hold=True``: pinned until the
+        array is garbage-collected)."""
         _check_int("n", n, 1)
-        owner, _first = self._core.pin_latest(n)
-        return owner.array()
+        owner, _first = self._core.pin_latest(n, hold)
+        return frames_of(owner)
 
-    def frames(self, first_frame: int, n: int) -> npt.NDArray[np.uint8]:
-        """Frames ``first_frame .. first_frame + n - 1`` (arrival order since start), pinned
-        until the array is garbage-collected. IndexError if they are no longer in the ring."""
+    def frames(self, first_frame: int, n: int, hold: bool = False) -> RingFrames:
+        """Frames ``first_frame .. first_frame + n - 1`` (arrival order since start), as a
+        zero-copy view (yielding, or pinned with ``hold=True``). IndexError if they are no
+        longer in the ring."""
         _check_int("first_frame", first_frame, 0)
         _check_int("n", n, 1)
-        return self._core.pin_frames(first_frame, n).array()
+        return frames_of(self._core.pin_frames(first_frame, n, hold))
 
     @contextmanager
-    def view(self, n: int) -> Iterator[npt.NDArray[np.uint8]]:
+    def view(self, n: int, hold: bool = False) -> Iterator[RingFrames]:
         """``with rec.view(n) as frames:`` the newest ``n`` frames (fewer, when fewer have
-        arrived), pinned inside the block.
+        arrived).
 
-        After the block the capture may reuse the slots, so the array's bytes may change.
+        The view yields to the recording: if the capture laps the ring while the block runs,
+        it overwrites the frames rather than drop new ones; ``frames.valid`` and
+        ``frames.stale_frames`` then say so, and an analysis given the frames raises
+        ``StaleViewError``. View a fraction of a second and use it at once. ``hold=True`` pins
+        the frames inside the block instead, at the cost of ring overflows (frames lost) if the
+        block outlasts the ring. More than half the ring is refused.
         """
         _check_int("n", n, 1)
-        owner, _first = self._core.pin_latest(n)
+        owner, _first = self._core.pin_latest(n, hold)
         try:
-            yield owner.array()
+            yield frames_of(owner)
         finally:
             owner.release()
+
+    def live(self) -> LiveLook | None:
+        """The live quality monitor's newest look (spectra, bit statistics, tones of part of the
+        newest second), or None before its first look or when it is off (it runs with
+        ``status_listen``, or ``live=True``)."""
+        text = self._core.live()
+        return None if text is None else LiveLook.from_dict(json.loads(text))
 
     def wait(self, duration: float | None = None, frames: int | None = None) -> Stats:
         """Blocks until ``duration`` seconds have passed or ``frames`` frames are buffered (or

@@ -279,6 +279,13 @@ class Summary(_Record):
     ok: bool
     """Everything buffered reached the disk (network loss is reported, not an error), as the
     engine judged it."""
+    latency: dict[str, Any] | None = None
+    """With ``latency=True``: ``{"sample_every", "stages": {stage: {count, p50, p99, p999, max,
+    mean, negative, buckets}}, "traces"}``, seconds; stages ``kernel``, ``capture``, ``write``,
+    ``durable``, ``off`` (see ``vdifrec record --latency``)."""
+    live_computed: int | None = None
+    live_skips: int | None = None
+    """The live monitor's looks computed and skipped (None: it did not run)."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Summary:

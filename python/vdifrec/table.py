@@ -6,7 +6,7 @@ split the loss by cause, which the original lumped together or did not see.
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import Any, TextIO
 
 from .reports import SecondRow, Summary
 
@@ -75,4 +75,45 @@ def print_summary(s: Summary, out: TextIO) -> None:
     print(f"Invariant ({what}): {'holds' if s.invariant_holds else 'BROKEN'}", file=out)
     if s.error:
         print(f"Error: {s.error}", file=out)
+    if s.live_computed is not None:
+        print(f"Live monitor: {s.live_computed} looks, {s.live_skips} skipped (never a frame lost)", file=out)
     print("=" * (2 * len(bar) + 9), file=out)
+    if s.latency is not None:
+        print_latency(s.latency, out)
+
+
+#: What each latency stage measures, for the table.
+LATENCY_STAGES = {
+    "kernel": "kernel receive stamp -> capture thread",
+    "capture": "capture thread -> published to the ring",
+    "write": "published -> write call returned",
+    "durable": "written -> on the device (buffered writes)",
+    "off": "arrival - the frame's VDIF time",
+}
+
+
+def _duration(v: float | None) -> str:
+    if v is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v / 1e-9:.3g} ns"
+
+
+def print_latency(latency: dict[str, Any], out: TextIO) -> None:
+    """The per-stage latency table (``record --latency``): quantiles are the upper edges of
+    log buckets (4 per decade), so read them as "at most"."""
+    every = latency.get("sample_every", 64)
+    print(f"LATENCY (one frame in {every}; quantiles are bucket upper edges, 4 per decade)", file=out)
+    print(f"{'stage':<8} {'count':>9} {'p50':>10} {'p99':>10} {'p99.9':>10} {'max':>10}  what", file=out)
+    for name, what in LATENCY_STAGES.items():
+        st = latency["stages"].get(name)
+        if st is None:
+            continue
+        neg = f" ({st['negative']} negative: the sender's clock ahead)" if st.get("negative") else ""
+        print(
+            f"{name:<8} {st['count']:>9} {_duration(st['p50']):>10} {_duration(st['p99']):>10} "
+            f"{_duration(st['p999']):>10} {_duration(st['max']):>10}  {what}{neg}",
+            file=out,
+        )

@@ -3,12 +3,13 @@
 //!
 //! Uses `vdif` for frames and samples, and `record::accounting` / `record::classify` for the
 //! check, so that a file and a live recording are counted by the same code. The record stage
-//! never uses this one (a live monitor would be handed these functions by its caller). Only the
+//! never uses this one (its live monitor is handed `live::analyser()` by whoever starts it). Only the
 //! tests use `tools` (the generator makes their signals).
 
 pub mod bstate;
 pub mod check;
 pub mod fringe;
 pub mod fringe_search;
+pub mod live;
 pub mod spectrum;
 pub mod tones;

@@ -77,6 +77,12 @@ create_exception!(
     pyo3::exceptions::PyRuntimeError,
     "A push or receive could not be done (nobody listening, a wrong token, a refused or failed item)."
 );
+create_exception!(
+    vdifrec,
+    StaleViewError,
+    RecorderError,
+    "A view of the ring fell behind the capture: frames it showed were overwritten while it was used (views yield to the recording unless held). The message says how far behind."
+);
 
 /// A bad option: an `ArgumentError` whose message starts with the parameter's name.
 pub fn arg_err(e: ArgError) -> PyErr {
@@ -226,6 +232,7 @@ pub fn ring_err(e: RingError) -> PyErr {
         RingError::NotInRing { .. } | RingError::ViewTooLarge { .. } => {
             PyIndexError::new_err(e.to_string())
         }
+        RingError::ViewOverHalf { .. } => ArgumentError::new_err(e.to_string()),
         _ => RecorderError::new_err(e.to_string()),
     }
 }
@@ -246,5 +253,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("OutputError", py.get_type::<OutputError>())?;
     m.add("SenderError", py.get_type::<SenderError>())?;
     m.add("TransferError", py.get_type::<TransferError>())?;
+    m.add("StaleViewError", py.get_type::<StaleViewError>())?;
     Ok(())
 }

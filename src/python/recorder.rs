@@ -1,7 +1,9 @@
 //! `Recorder` (behind `vdifrec.Recorder`) and `RingView`, the owner of a zero-copy view of
 //! ring frames.
 
-use super::errors::{arg_err, record_err, ring_err, scan_command_err, RecorderError};
+use super::errors::{
+    arg_err, record_err, ring_err, scan_command_err, RecorderError, StaleViewError,
+};
 use super::file::readonly_view;
 use super::to_json;
 use crate::options::ArgError;
@@ -47,7 +49,11 @@ impl PyRecorder {
                     "this recorder has been started already; make a new Recorder for a new recording",
                 ));
             }
-            let rec = CoreRecorder::start(self.config.clone()).map_err(record_err)?;
+            let rec = CoreRecorder::start_with(
+                self.config.clone(),
+                Some(crate::analysis::live::analyser()),
+            )
+            .map_err(record_err)?;
             let addr = rec.local_addr();
             *self.shared.lock().unwrap() = Some(rec.shared());
             *inner = Some(rec);
@@ -95,6 +101,14 @@ impl PyRecorder {
         };
         let rows = py.detach(|| shared.wait_rows(start, Duration::from_secs_f64(timeout.max(0.0))));
         to_json(&rows)
+    }
+
+    /// The live monitor's newest result as JSON (None before its first, or when it is off).
+    fn live(&self) -> PyResult<Option<String>> {
+        let Some(shared) = self.shared.lock().unwrap().clone() else {
+            return Ok(None);
+        };
+        shared.live().snapshot().map(|s| to_json(&s)).transpose()
     }
 
     /// The capture has ended by itself (frame limit reached) or the recording failed.
@@ -188,19 +202,38 @@ impl PyRecorder {
         self.locked(py, |inner| inner.as_ref().and_then(|r| r.active_scan()))
     }
 
-    /// Pins the newest `n` frames (fewer if fewer have arrived) and returns (owner, first
-    /// frame number); the owner's `array()` is the zero-copy view of exactly those pinned.
-    fn pin_latest(&self, n: u64) -> PyResult<(RingView, u64)> {
+    /// A view of the newest `n` frames (fewer if fewer have arrived): (owner, first frame
+    /// number); the owner's `array()` is the zero-copy view. With `hold` the frames are pinned
+    /// (the capture drops new frames rather than overwrite them); without, the view yields to
+    /// the capture and `stale_frames` tells what it lost. More than half the ring is refused.
+    #[pyo3(signature = (n, hold=false))]
+    fn pin_latest(&self, n: u64, hold: bool) -> PyResult<(RingView, u64)> {
         let ring = self.ring()?;
-        let (idx, first, count) = ring.pin_latest(n).map_err(ring_err)?;
-        Ok((RingView::new(ring, idx, first, count), first))
+        ring.check_view_size(n).map_err(ring_err)?;
+        let view = if hold {
+            let (idx, first, count) = ring.pin_latest(n).map_err(ring_err)?;
+            RingView::new(ring, Some(idx), first, count)
+        } else {
+            let (first, count) = ring.watch_latest(n).map_err(ring_err)?;
+            RingView::new(ring, None, first, count)
+        };
+        let first = view.first;
+        Ok((view, first))
     }
 
-    /// Pins frames `first..first + n` (numbered from 0 in arrival order since the start).
-    fn pin_frames(&self, first: u64, n: u64) -> PyResult<RingView> {
+    /// A view of frames `first..first + n` (numbered from 0 in arrival order since the
+    /// start), held or yielding as `pin_latest`.
+    #[pyo3(signature = (first, n, hold=false))]
+    fn pin_frames(&self, first: u64, n: u64, hold: bool) -> PyResult<RingView> {
         let ring = self.ring()?;
-        let idx = ring.pin(first, n).map_err(ring_err)?;
-        Ok(RingView::new(ring, idx, first, n))
+        ring.check_view_size(n).map_err(ring_err)?;
+        let pin = if hold {
+            Some(ring.pin(first, n).map_err(ring_err)?)
+        } else {
+            ring.watch(first, n).map_err(ring_err)?;
+            None
+        };
+        Ok(RingView::new(ring, pin, first, n))
     }
 }
 
@@ -240,8 +273,9 @@ impl PyRecorder {
     }
 }
 
-/// Owner of a zero-copy view of ring frames: keeps the ring mapped and the frames pinned
-/// (the capture will not overwrite them) until released or garbage-collected.
+/// Owner of a zero-copy view of ring frames: keeps the ring mapped (and, for a held view,
+/// the frames pinned against overwriting) until released or garbage-collected. A view that
+/// yields pins nothing; `stale_frames` counts what the capture has taken back since.
 #[pyclass(module = "vdifrec._core", frozen)]
 pub struct RingView {
     ring: Arc<Ring>,
@@ -250,13 +284,16 @@ pub struct RingView {
     first: u64,
     #[pyo3(get)]
     count: u64,
+    #[pyo3(get)]
+    hold: bool,
 }
 
 impl RingView {
-    fn new(ring: Arc<Ring>, pin: usize, first: u64, count: u64) -> RingView {
+    fn new(ring: Arc<Ring>, pin: Option<usize>, first: u64, count: u64) -> RingView {
         RingView {
             ring,
-            pin: Mutex::new(Some(pin)),
+            hold: pin.is_some(),
+            pin: Mutex::new(pin),
             first,
             count,
         }
@@ -269,9 +306,10 @@ impl RingView {
     /// the array keeps this owner (and so the pin and the ring) alive.
     fn array<'py>(slf: Bound<'py, Self>) -> Bound<'py, PyArray2<u8>> {
         let v = slf.get();
-        // SAFETY: pinned frames are published and not overwritten while the pin holds; the
-        // mapping lives as long as the Arc<Ring> this owner keeps. Frames up to nslots are
-        // contiguous through the mirrored mapping.
+        // SAFETY: the frames were published when the view was made; the mapping lives as long
+        // as the Arc<Ring> this owner keeps, and frames up to nslots are contiguous through
+        // the mirrored mapping. A held view's frames are not overwritten while the pin holds;
+        // a yielding view's may be, which `stale_frames` (read after use) detects.
         let ptr = v.ring.slot_ptr(v.first);
         let (rows, cols) = (v.count as usize, v.ring.frame_size());
         unsafe { readonly_view(ptr, rows, cols, slf.into_any()) }
@@ -288,8 +326,39 @@ impl RingView {
     fn pinned(&self) -> bool {
         self.pin.lock().unwrap().is_some()
     }
-}
 
+    /// Frames of the view the capture has overwritten (or is writing) since it was made.
+    #[getter]
+    fn stale_frames(&self) -> u64 {
+        self.ring.overwritten(self.first, self.count)
+    }
+
+    /// The frames the ring holds (for messages: how far behind a view fell, in time).
+    #[getter]
+    fn ring_slots(&self) -> u64 {
+        self.ring.nslots()
+    }
+
+    /// Raises StaleViewError if the capture has taken back any of the view's frames; `what`
+    /// names the analysis, for the message.
+    fn check_fresh(&self, what: &str) -> PyResult<()> {
+        let stale = self.stale_frames();
+        if stale == 0 {
+            return Ok(());
+        }
+        let behind = self
+            .ring
+            .write_seq()
+            .saturating_sub(self.first + self.ring.nslots());
+        Err(StaleViewError::new_err(format!(
+            "{what}: the view of frames {}..{} is stale: the capture overwrote {stale} of its {} frames (it fell {behind} frames behind a ring of {} frames) while it was in use. Views yield to the recording: take a fresh view of fewer frames (a fraction of a second) and use it at once, or view(n, hold=True) to keep the frames at the cost of ring overflows",
+            self.first,
+            self.first + self.count,
+            self.count,
+            self.ring.nslots()
+        )))
+    }
+}
 impl Drop for RingView {
     fn drop(&mut self) {
         if let Some(idx) = self.pin.lock().unwrap().take() {

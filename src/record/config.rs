@@ -5,6 +5,7 @@
 use crate::options::{self, in_range, ArgError, Size};
 use crate::record::capture::udp::MAX_OFFSET;
 use crate::record::diskio::Fault;
+use crate::record::live::LiveConfig;
 use crate::record::ring;
 use crate::record::scan::{ScanSetup, Split};
 use crate::units::format_size;
@@ -85,6 +86,14 @@ pub struct RecorderOptions {
     pub big_endian: bool,
     /// Serve GET /status and /metrics here (`HOST:PORT`, or `PORT` for localhost).
     pub status_listen: Option<String>,
+    /// The live quality monitor (None: on whenever the status is served).
+    pub live: Option<bool>,
+    /// Share of each second the live monitor analyses (None: what the spare CPU allows).
+    pub live_fraction: Option<f64>,
+    /// Spectral channels of the live spectra.
+    pub live_nfft: i64,
+    /// Per-stage latency stamps (kernel receive → capture → ring → disk), as histograms.
+    pub latency: bool,
     /// Directories (one per disk) that scans are written to, or globs such as `/mnt/disk*`;
     /// none: no scans.
     pub disks: Vec<String>,
@@ -134,6 +143,10 @@ impl Default for RecorderOptions {
             disk_limit: None,
             big_endian: false,
             status_listen: None,
+            live: None,
+            live_fraction: None,
+            live_nfft: 1024,
+            latency: false,
             disks: Vec::new(),
             format: None,
             chunk_size: None,
@@ -264,6 +277,31 @@ impl Target {
     }
 }
 
+/// Spectral channels the live monitor accepts.
+const LIVE_NFFT: (i64, i64) = (16, 65_536);
+
+/// The live monitor's settings: on with the status endpoint unless `live` says otherwise.
+fn live(o: &RecorderOptions) -> Result<Option<LiveConfig>, ArgError> {
+    let nfft = in_range(
+        "live_nfft",
+        o.live_nfft,
+        LIVE_NFFT.0,
+        LIVE_NFFT.1,
+        "spectral channels of the live spectra",
+    )? as usize;
+    let fraction = match o.live_fraction {
+        Some(f) if !(f > 0.0 && f <= 1.0) => {
+            return Err(ArgError::new(
+                "live_fraction",
+                format!("{f} is not a share of a second: give a number in (0, 1], such as 0.0625 (1/16 of each second), or leave it out to let the spare CPU decide"),
+            ))
+        }
+        f => f,
+    };
+    let on = o.live.unwrap_or(o.status_listen.is_some());
+    Ok(on.then_some(LiveConfig { fraction, nfft }))
+}
+
 /// Everything a recording needs to know, checked.
 #[derive(Clone, Debug)]
 pub struct RecorderConfig {
@@ -301,6 +339,10 @@ pub struct RecorderConfig {
     pub big_endian: bool,
     /// Serve GET /status and /metrics here (None: no status endpoint).
     pub status_listen: Option<SocketAddr>,
+    /// The live quality monitor (None: off).
+    pub live: Option<LiveConfig>,
+    /// Per-stage latency stamps.
+    pub latency: bool,
     /// Scans to disks (None: one continuous recording to `target`, or monitoring).
     pub scans: Option<ScanSetup>,
 }
@@ -408,6 +450,8 @@ impl RecorderConfig {
                 .as_deref()
                 .map(|s| options::listen_address("status_listen", s))
                 .transpose()?,
+            live: live(o)?,
+            latency: o.latency,
             scans,
         };
         config.check(check_memory)?;

@@ -15,6 +15,8 @@ pub mod classify;
 pub mod config;
 pub mod diskio;
 pub mod diskspace;
+pub mod latency;
+pub mod live;
 pub mod recorder;
 pub mod ring;
 pub mod scan;

@@ -10,6 +10,7 @@ use crate::record::classify::MalformedCounts;
 pub use crate::record::config::{
     BackendKind, PortOption, RecorderConfig, RecorderOptions, StreamAddr, Target,
 };
+use crate::record::live::{Analyser, LiveMonitor};
 use crate::record::ring::{RingError, RingMemory};
 use crate::record::scan::disks::DiskSet;
 use crate::record::scan::gate::{Gate, ScanPlan};
@@ -303,6 +304,7 @@ fn open_backend(config: &RecorderConfig) -> Result<OpenedBackend, RecordError> {
                 rcvbuf: config.rcvbuf as usize,
                 offset: config.offset,
                 senders: config.tags_senders(),
+                timestamps: config.latency,
             })?;
             OpenedBackend {
                 backend: Box::new(b),
@@ -327,6 +329,9 @@ fn start_stream(
     shared: Arc<Shared>,
     cpu: Option<usize>,
 ) -> Result<StreamRun, RecordError> {
+    if config.latency {
+        shared.enable_latency();
+    }
     // The ring is allocated, mapped and locked before the socket is bound: nothing that
     // arrives can be lost to an allocation, and a machine without the memory says so now.
     // Its pages are touched from the capture's CPU, so they lie on that CPU's NUMA node.
@@ -423,12 +428,23 @@ pub struct Recorder {
     started: Instant,
     summary: Option<Summary>,
     status: Option<crate::record::status::StatusServer>,
+    live: Option<LiveMonitor>,
 }
 
 impl Recorder {
     /// Binds the sockets, reserves the rings and starts the threads; returns once every
-    /// socket is bound and every ring's memory is allocated.
-    pub fn start(mut config: RecorderConfig) -> Result<Recorder, RecordError> {
+    /// socket is bound and every ring's memory is allocated. Without an analysis to hand the
+    /// live monitor (`start_with`), the monitor does not run.
+    pub fn start(config: RecorderConfig) -> Result<Recorder, RecordError> {
+        Recorder::start_with(config, None)
+    }
+
+    /// `start`, handing the live monitor (when `config.live` asks for it) its analysis
+    /// (`analysis::live::analyser()`).
+    pub fn start_with(
+        mut config: RecorderConfig,
+        analyser: Option<Analyser>,
+    ) -> Result<Recorder, RecordError> {
         // A configuration made in Rust gets the same checks as one made from options.
         config.check(true)?;
         if let Some(t) = &config.target {
@@ -530,6 +546,7 @@ impl Recorder {
             started: Instant::now(),
             summary: None,
             status: None,
+            live: None,
         };
         // Each capture thread pins itself and says it is receiving; wait for them (bounded).
         for k in 0..rec.streams.len() {
@@ -564,6 +581,22 @@ impl Recorder {
                     return Err(RecordError::Status { addr, source });
                 }
             }
+        }
+        match (rec.config.live, analyser) {
+            (Some(live), Some(analyser)) => {
+                let busy = rec.streams.len() + usize::from(rec.writer.is_some());
+                match LiveMonitor::start(rec.shared.clone(), live, analyser, busy) {
+                    Ok(m) => rec.live = Some(m),
+                    Err(e) => rec
+                        .shared
+                        .note(format!("live monitor: could not start its thread ({e})")),
+                }
+            }
+            (Some(_), None) => rec.shared.note(
+                "live monitor: off (no analysis was handed to the recorder: Recorder::start_with)"
+                    .into(),
+            ),
+            _ => {}
         }
         Ok(rec)
     }
@@ -649,6 +682,8 @@ impl Recorder {
         if let Some(s) = &self.summary {
             return s.clone();
         }
+        // The monitor first: it must not look at a ring being drained.
+        self.live = None;
         for s in &self.streams {
             s.shared.request_stop();
         }
@@ -810,6 +845,13 @@ impl Recorder {
         self.gate.as_ref()?.active()
     }
 
+    /// Every stream's latency stamps, added up (None when off).
+    pub fn latency_report(&self) -> Option<crate::record::latency::LatencyReport> {
+        self.config.latency.then(|| {
+            crate::record::latency::report(self.streams.iter().filter_map(|s| s.shared.latency()))
+        })
+    }
+
     fn summarise(&self) -> Summary {
         // Each stream, then their sums.
         let mut streams = Vec::new();
@@ -914,6 +956,9 @@ impl Recorder {
             gaps,
             seconds: self.shared.rows(),
             notes: self.notes(),
+            latency: self.latency_report(),
+            live_computed: self.config.live.map(|_| self.shared.live().computed()),
+            live_skips: self.config.live.map(|_| self.shared.live().skips()),
             ok: false,
         }
         .judge()

@@ -8,9 +8,16 @@
 //! is a multiple of 128 is 4 KiB-aligned and can be written with O_DIRECT straight from here.
 //!
 //! Sequence numbers count accepted frames from 0 and never wrap; frame `seq` lives in slot
-//! `seq % nslots`. The capture publishes `write_seq`; the writer advances `read_seq`; a view
-//! pins the oldest frame it shows. The capture never writes frame `seq` unless
+//! `seq % nslots`. The capture publishes `write_seq`; the writer advances `read_seq`; a held
+//! view pins the oldest frame it shows. The capture never writes frame `seq` unless
 //! `seq < min(read_seq, oldest pin) + nslots`: a full ring drops the new frame, never an old one.
+//!
+//! A view that yields (the default for Python views and the live monitor) pins nothing: the
+//! recording comes first, and the capture may take its slots. A slot's generation is its lap of
+//! the ring (`seq / nslots`); since the capture takes slots strictly in sequence order, the
+//! frames of a view that have been overwritten (or are being written) are exactly those whose
+//! next generation the capture has reserved: `reserved_seq - nslots - first` of them, counted
+//! in O(1) from one atomic the capture already keeps.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -47,6 +54,8 @@ pub enum RingError {
     },
     #[error("the ring holds only {slots} frames; a view of {asked} frames cannot fit")]
     ViewTooLarge { asked: u64, slots: u64 },
+    #[error("n: a view of {asked} frames is more than half the ring ({half} of its {slots} frames): the capture would have too little room while it is held; view at most {half} frames (a fraction of a second), or give a larger ring")]
+    ViewOverHalf { asked: u64, half: u64, slots: u64 },
 }
 
 /// Frames per aligned run: the smallest count whose byte length is a multiple of 4096.
@@ -487,6 +496,67 @@ impl Ring {
         Ok(idx)
     }
 
+    /// Refuses a view of more than half the ring: a view that large leaves the capture too
+    /// little room (held) or is overwritten before it can be read (yielding).
+    pub fn check_view_size(&self, n: u64) -> Result<(), RingError> {
+        let half = self.nslots / 2;
+        if n > half {
+            return Err(RingError::ViewOverHalf {
+                asked: n,
+                half,
+                slots: self.nslots,
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks that frames `first..first + n` are there to be viewed without pinning them
+    /// (a view that yields to the capture): published, and not yet taken by the capture.
+    pub fn watch(&self, first: u64, n: u64) -> Result<(), RingError> {
+        let written = self.write_seq.load(Ordering::SeqCst);
+        let reserved = self.reserved_seq.load(Ordering::SeqCst);
+        if n > self.nslots || first + n > written || reserved > first + self.nslots {
+            return Err(RingError::NotInRing {
+                first,
+                end: first + n,
+                oldest: reserved
+                    .saturating_sub(self.nslots)
+                    .max(written.saturating_sub(self.nslots)),
+                newest: written,
+            });
+        }
+        Ok(())
+    }
+
+    /// The newest `n` frames (all there are, when fewer have arrived), checked as `watch`
+    /// does; returns (first frame, frames).
+    pub fn watch_latest(&self, n: u64) -> Result<(u64, u64), RingError> {
+        let mut last_err = None;
+        for _ in 0..16 {
+            let w = self.write_seq();
+            let first = w.saturating_sub(n);
+            match self.watch(first, w - first) {
+                Ok(()) => return Ok((first, w - first)),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.expect("set in the loop"))
+    }
+
+    /// How many of frames `first..first + n` the capture has overwritten or may be writing
+    /// now (0 while they are pinned or not yet lapped). Read it after using the frames: a
+    /// result of 0 then means every byte read was the frames'.
+    pub fn overwritten(&self, first: u64, n: u64) -> u64 {
+        let reserved = self.reserved_seq.load(Ordering::SeqCst);
+        reserved.saturating_sub(first + self.nslots).min(n)
+    }
+
+    /// The capture has ended at `seq`: nothing more is reserved, so `overwritten` counts
+    /// exactly the frames rewritten.
+    pub fn settle(&self, seq: u64) {
+        self.reserved_seq.store(seq, Ordering::SeqCst);
+    }
+
     pub fn unpin(&self, idx: usize) {
         self.pins[idx].store(FREE, Ordering::SeqCst);
         self.pins_active.fetch_sub(1, Ordering::SeqCst);
@@ -668,6 +738,39 @@ mod tests {
             r.pin(0, n + 1),
             Err(RingError::ViewTooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn a_yielding_view_counts_what_the_capture_took() {
+        let r = ring(2 << 20, 8224);
+        let n = r.nslots();
+        r.set_no_consumer();
+        assert_eq!(r.reserve(0, n), n);
+        r.publish(n);
+        r.watch(10, 20).unwrap();
+        assert!(matches!(
+            r.check_view_size(n / 2 + 1),
+            Err(RingError::ViewOverHalf { .. })
+        ));
+        r.check_view_size(n / 2).unwrap();
+        // The view pins nothing: the capture laps it, and 15 of its 20 frames are taken.
+        assert_eq!(r.reserve(n, n + 25), 25);
+        assert_eq!(r.overwritten(10, 20), 15);
+        r.publish(n + 25);
+        assert!(matches!(r.watch(10, 20), Err(RingError::NotInRing { .. })));
+        let (first, count) = r.watch_latest(5).unwrap();
+        assert_eq!((first, count), (n + 20, 5));
+        assert_eq!(r.overwritten(first, count), 0);
+        // Reserved but never received: the end of a recording says exactly what was taken.
+        assert_eq!(r.reserve(n + 25, n + 89), 64);
+        assert_eq!(r.overwritten(10, 80), 79);
+        r.settle(n + 25);
+        assert_eq!(r.overwritten(10, 80), 15);
+        // A held view (a pin) is never lapped.
+        let p = r.pin(n + 20, 5).unwrap();
+        assert_eq!(r.reserve(n + 25, 2 * n + 100), n - 5);
+        assert_eq!(r.overwritten(n + 20, 5), 0);
+        r.unpin(p);
     }
 
     #[test]

@@ -85,6 +85,10 @@ pub struct Shared {
     stopped: AtomicBool,
     /// The stream's port, once bound.
     port: OnceLock<u16>,
+    /// What the live quality monitor found (views of the first stream only).
+    live: crate::record::live::LiveState,
+    /// Per-stage latency stamps, when asked for (set before the threads start).
+    latency: OnceLock<crate::record::latency::Latency>,
 }
 
 /// A snapshot of every stream of a recording: the first's, with the others' counters added
@@ -154,6 +158,8 @@ impl Shared {
                 .map_or(0.0, |d| d.as_secs_f64()),
             stopped: AtomicBool::new(false),
             port: OnceLock::new(),
+            live: Default::default(),
+            latency: OnceLock::new(),
         }
     }
 
@@ -400,6 +406,20 @@ impl Shared {
     }
     pub fn port(&self) -> u16 {
         self.port.get().copied().unwrap_or(0)
+    }
+
+    /// Turns the latency stamps on (before the threads start).
+    pub fn enable_latency(&self) {
+        let _ = self.latency.set(Default::default());
+    }
+    /// The latency stamps, when on.
+    pub fn latency(&self) -> Option<&crate::record::latency::Latency> {
+        self.latency.get()
+    }
+
+    /// The live monitor's results (empty when it does not run).
+    pub fn live(&self) -> &crate::record::live::LiveState {
+        &self.live
     }
 
     /// POSIX time the recording started.

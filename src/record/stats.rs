@@ -196,6 +196,11 @@ pub struct Summary {
     pub seconds: Vec<RecordRow>,
     /// What the recorder said about its set-up (ring, socket buffer, pinning, O_DIRECT).
     pub notes: Vec<String>,
+    /// Per-stage latency histograms and the newest complete traces (with `latency` on).
+    pub latency: Option<crate::record::latency::LatencyReport>,
+    /// The live monitor's looks computed and skipped (None: it did not run).
+    pub live_computed: Option<u64>,
+    pub live_skips: Option<u64>,
     /// The recording is good: everything buffered is on disk (network loss is reported, not
     /// an error). Set by `judge`, the one place this is decided.
     pub ok: bool,

@@ -1,5 +1,10 @@
-//! Remote status for the control room: `GET /status` (JSON) and `GET /metrics` (Prometheus
-//! text exposition), from a small HTTP/1.1 server on its own thread.
+//! Remote status for the control room: `GET /` (the control-room page), `GET /status` (JSON),
+//! `GET /history` (the last ten minutes of per-second rows, JSON) and `GET /metrics`
+//! (Prometheus text exposition), from a small HTTP/1.1 server on its own thread.
+//!
+//! The page is one self-contained file (`status_page.html`: HTML, CSS and its script inline,
+//! compiled into the library), so it works offline in an air-gapped control room; it polls
+//! `/status` once a second.
 //!
 //! It serves the snapshots the engine publishes: reading them never blocks the capture (the
 //! capture skips a publication rather than wait for a reader). One connection at a time, one
@@ -25,6 +30,10 @@ use std::time::{Duration, Instant};
 const MAX_REQUEST: usize = 8192;
 /// How often the rates are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+/// Per-second rows `GET /history` serves: ten minutes of one stream.
+const HISTORY_ROWS: usize = 600;
+/// The control-room page.
+const PAGE: &str = include_str!("status_page.html");
 
 /// Received and written rates over the last samples.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -53,6 +62,10 @@ struct Status<'a> {
     rates: Rates,
     last_second: Option<crate::record::stats::RecordRow>,
     stats: &'a Stats,
+    /// The live monitor's newest look (null when it is off or has not looked yet).
+    live: Option<crate::record::live::LiveSnapshot>,
+    /// Per-stage latency histograms (null unless latency stamps are on).
+    latency: Option<crate::record::latency::LatencyReport>,
 }
 
 /// A running status server; stops when dropped.
@@ -187,15 +200,12 @@ fn handle(
             "text/plain; version=0.0.4; charset=utf-8",
             metrics(shared, &diskspace::disks_now(disks)),
         ),
-        ("GET", "/") => (
-            "200 OK",
-            "text/plain; charset=utf-8",
-            "vdifrec status: GET /status (JSON) or /metrics (Prometheus)\n".to_string(),
-        ),
+        ("GET", "/history") => ("200 OK", "application/json", history_json(shared)),
+        ("GET", "/") => ("200 OK", "text/html; charset=utf-8", PAGE.to_string()),
         ("GET", _) => (
             "404 Not Found",
             "text/plain; charset=utf-8",
-            "not found: try /status or /metrics\n".to_string(),
+            "not found: try / (the page), /status, /history or /metrics\n".to_string(),
         ),
         _ => (
             "405 Method Not Allowed",
@@ -242,8 +252,25 @@ pub fn status_json(streams: &[Arc<Shared>], disks: &[DiskSpace], rates: Rates) -
         rates,
         last_second: shared.last_row(),
         stats: &stats,
+        live: shared.live().snapshot(),
+        latency: latency_of(streams),
     };
     serde_json::to_string(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// Every stream's latency stamps added up (None when off).
+fn latency_of(streams: &[Arc<Shared>]) -> Option<crate::record::latency::LatencyReport> {
+    streams[0].latency()?;
+    Some(crate::record::latency::report(
+        streams.iter().filter_map(|s| s.latency()),
+    ))
+}
+
+/// The JSON document of `GET /history`: the newest per-second rows (all streams').
+pub fn history_json(streams: &[Arc<Shared>]) -> String {
+    let rows = streams[0].rows();
+    let from = rows.len().saturating_sub(HISTORY_ROWS * streams.len());
+    serde_json::to_string(&rows[from..]).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
 /// Samples with owned labels as `metric` takes them.
@@ -471,7 +498,108 @@ pub fn metrics(streams: &[Arc<Shared>], disks: &[DiskSpace]) -> String {
         "CPU time of the capture thread.",
         &[("", c.capture_cpu_s)],
     );
+    live_metrics(&mut metric, shared.live());
+    if shared.latency().is_some() {
+        let stages = crate::record::latency::merged(streams.iter().filter_map(|s| s.latency()));
+        latency_histogram(&mut out, &stages);
+    }
     out
+}
+
+/// The live monitor's findings: bit-state deviation, the strongest tone per channel, its
+/// looks and skips.
+fn live_metrics(
+    metric: &mut impl FnMut(&str, &str, &str, &[(&str, f64)]),
+    live: &crate::record::live::LiveState,
+) {
+    let snapshot = live.snapshot();
+    metric(
+        "vdifrec_live_spectra_total",
+        "counter",
+        "Looks the live monitor completed (spectra, bit statistics and tones of part of a second).",
+        &[("", live.computed() as f64)],
+    );
+    metric(
+        "vdifrec_live_skips_total",
+        "counter",
+        "Looks the live monitor skipped (it yields to the recording: frames overwritten while it read them, or no CPU to spare).",
+        &[("", live.skips() as f64)],
+    );
+    let Some(s) = snapshot else {
+        return;
+    };
+    metric(
+        "vdifrec_live_vdif_second",
+        "gauge",
+        "VDIF second (POSIX) the live monitor's last look describes.",
+        &[("", s.unix_second as f64)],
+    );
+    let label = |t: u32, c: u32| format!("{{thread=\"{t}\",channel=\"{c}\"}}");
+    let deviation: Vec<(String, f64)> = s
+        .report
+        .bit_states
+        .iter()
+        .filter_map(|b| Some((label(b.thread, b.channel), b.deviation_pp?)))
+        .collect();
+    metric(
+        "vdifrec_live_bit_state_deviation_pp",
+        "gauge",
+        "Largest difference between a bit state's measured and expected fraction (Gaussian noise at the optimal thresholds), percentage points, per thread and channel.",
+        &labelled(&deviation),
+    );
+    // The strongest tone of each (thread, channel): tones come strongest first per channel.
+    let mut strongest: Vec<&crate::record::live::LiveTone> = Vec::new();
+    for t in &s.report.tones {
+        if !strongest
+            .iter()
+            .any(|x| x.thread == t.thread && x.channel == t.channel)
+        {
+            strongest.push(t);
+        }
+    }
+    let freq: Vec<(String, f64)> = strongest
+        .iter()
+        .map(|t| (label(t.thread, t.channel), t.frequency))
+        .collect();
+    metric(
+        "vdifrec_live_tone_frequency_hz",
+        "gauge",
+        "Frequency of the strongest tone, Hz from the band's lower edge, per thread and channel.",
+        &labelled(&freq),
+    );
+    let power: Vec<(String, f64)> = strongest
+        .iter()
+        .map(|t| (label(t.thread, t.channel), t.power_ratio))
+        .collect();
+    metric(
+        "vdifrec_live_tone_power_ratio",
+        "gauge",
+        "Power of the strongest tone over the median of its spectrum, per thread and channel.",
+        &labelled(&power),
+    );
+}
+
+/// The per-stage latency histograms as one Prometheus histogram family.
+fn latency_histogram(out: &mut String, stages: &[crate::record::latency::HistogramSnapshot]) {
+    let name = "vdifrec_latency_seconds";
+    let _ = writeln!(out, "# HELP {name} Latency per stage (kernel: receive stamp to capture; capture: to the ring; write: to the write call's return; durable: to the device; off: arrival minus the frame's VDIF time), sampled frames.");
+    let _ = writeln!(out, "# TYPE {name} histogram");
+    for (stage, h) in crate::record::latency::STAGES.iter().zip(stages) {
+        for (edge, n) in h.cumulative() {
+            let le = if edge.is_infinite() {
+                "+Inf".to_string()
+            } else {
+                format!("{edge:e}")
+            };
+            let _ = writeln!(out, "{name}_bucket{{stage=\"{stage}\",le=\"{le}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_sum{{stage=\"{stage}\"}} {}",
+            h.sum_ns as f64 * 1e-9
+        );
+        let _ = writeln!(out, "{name}_count{{stage=\"{stage}\"}} {}", h.count);
+    }
 }
 
 #[cfg(test)]

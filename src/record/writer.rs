@@ -11,6 +11,7 @@
 
 use crate::record::config::Target;
 use crate::record::diskio::{self, Budget, Fault, FaultKind};
+use crate::record::latency;
 use crate::record::ring::Ring;
 use crate::record::shared::Shared;
 use crate::record::stats::FileRecord;
@@ -51,6 +52,9 @@ struct OpenFile {
     preallocated_to: u64,
     /// Byte range written last, to be flushed out of the page cache (buffered mode).
     pending_flush: Option<(u64, u64)>,
+    /// Its frames (first, end sequence numbers) and when their write returned (ns), for the
+    /// durable latency stage.
+    pending_frames: Option<(u64, u64, i64)>,
 }
 
 pub fn run(shared: Arc<Shared>, cfg: WriterConfig) {
@@ -183,6 +187,7 @@ impl Writer {
                         direct,
                         preallocated_to: 0,
                         pending_flush: None,
+                        pending_frames: None,
                     });
                     return Ok(());
                 }
@@ -247,8 +252,20 @@ impl Writer {
                 ));
             }
         };
+        let latency = self.shared.latency();
+        let written_ns = latency.map_or(0, |_| latency::now_ns());
+        if let Some(l) = latency {
+            l.written(self.read, self.read + n, written_ns, f.direct);
+        }
         if !f.direct {
             flush_behind(f, offset, done);
+            if let Some(l) = latency {
+                // The previous range is on the device now: flush_behind waited for it.
+                if let Some((a, b, w)) = f.pending_frames.take() {
+                    l.durable(a, b, w, latency::now_ns());
+                }
+                f.pending_frames = Some((self.read, self.read + n, written_ns));
+            }
         }
         f.frames += n;
         self.read += n;
@@ -274,6 +291,12 @@ impl Writer {
         let fs = self.ring.frame_size() as u64;
         let size = f.frames * fs;
         let sync = diskio::finish(&f.file, size);
+        if let (Some(l), Some((a, b, w)), true) =
+            (self.shared.latency(), f.pending_frames, sync.is_ok())
+        {
+            // The file's last buffered range reached the device with its closing fdatasync.
+            l.durable(a, b, w, latency::now_ns());
+        }
         self.shared.add_file(FileRecord {
             path: f.path.display().to_string(),
             bytes: size,

@@ -20,8 +20,7 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use thiserror::Error;
 
-/// 2-bit thresholds at ±t·σ with t of the optimal (Max) quantiser for Gaussian input.
-pub const TWO_BIT_THRESHOLD_SIGMA: f64 = 0.9816;
+pub use crate::vdif::decode::TWO_BIT_THRESHOLD_SIGMA;
 
 #[derive(Debug, Error)]
 pub enum GenerateError {

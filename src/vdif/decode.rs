@@ -8,6 +8,9 @@ use thiserror::Error;
 
 /// Upper 2-bit level for a lower level of 1 (mark5access' optimal value, as baseband uses).
 pub const OPTIMAL_2BIT_HIGH: f32 = 3.316505;
+/// 2-bit thresholds at ±t·σ with t of the optimal (Max) quantiser for Gaussian input: what a
+/// well-set sampler uses, and so what bit-state statistics are compared with.
+pub const TWO_BIT_THRESHOLD_SIGMA: f64 = 0.9816;
 /// 4-bit values v decode to (v − 8) / 2.95.
 pub const FOUR_BIT_SCALE: f32 = 2.95;
 /// 8-bit values v decode to (v − 127.5) / 35.5.

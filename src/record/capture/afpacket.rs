@@ -52,6 +52,9 @@ const BLOCK_STATUS: usize = 8;
 const BLOCK_NUM_PKTS: usize = 12;
 const BLOCK_FIRST_PKT: usize = 16;
 const PKT_NEXT_OFFSET: usize = 0;
+/// `tp_sec` and `tp_nsec`: the kernel's receive stamp of the packet.
+const PKT_SEC: usize = 4;
+const PKT_NSEC: usize = 8;
 const PKT_SNAPLEN: usize = 12;
 const PKT_MAC: usize = 24;
 
@@ -279,15 +282,19 @@ impl Backend for AfPacketBackend {
                 }
             }
             // SAFETY: the packet header and data lie inside the user-owned block.
-            let (packet, next_offset) = unsafe {
+            let (packet, next_offset, stamp) = unsafe {
                 let h = self.block_ptr().add(self.next);
                 let snaplen = std::ptr::read_unaligned(h.add(PKT_SNAPLEN) as *const u32) as usize;
                 let mac = std::ptr::read_unaligned(h.add(PKT_MAC) as *const u16) as usize;
                 let next = std::ptr::read_unaligned(h.add(PKT_NEXT_OFFSET) as *const u32) as usize;
-                (std::slice::from_raw_parts(h.add(mac), snaplen), next)
+                let sec = std::ptr::read_unaligned(h.add(PKT_SEC) as *const u32);
+                let nsec = std::ptr::read_unaligned(h.add(PKT_NSEC) as *const u32);
+                let stamp = i64::from(sec) * 1_000_000_000 + i64::from(nsec);
+                (std::slice::from_raw_parts(h.add(mac), snaplen), next, stamp)
             };
             // SAFETY: the caller guarantees dst holds max * stride bytes.
-            if let Some(d) = unsafe { self.filter.take(packet, dst.add(n * stride), stride) } {
+            if let Some(mut d) = unsafe { self.filter.take(packet, dst.add(n * stride), stride) } {
+                d.kernel_ns = stamp;
                 info[n] = d;
                 n += 1;
             }

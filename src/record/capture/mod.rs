@@ -12,6 +12,7 @@ pub mod udp;
 
 use crate::record::accounting::{Accounting, Fate, GapPolicy};
 use crate::record::classify::{learn_datagram, Malformed, StreamFormat};
+use crate::record::latency;
 use crate::record::ring::{Ring, RingError, RingMemory};
 use crate::record::shared::Shared;
 use crate::record::stats::{CaptureStats, FrameTime, RecordRow};
@@ -36,6 +37,9 @@ pub struct DatagramInfo {
     pub psn: Option<u64>,
     /// Who sent it, when the backend was asked to tell (`sender_key`; 0: not known).
     pub sender: u64,
+    /// The kernel's (or the NIC ring's) receive stamp, ns since the epoch; 0: none (latency
+    /// stamps off, or the backend has none).
+    pub kernel_ns: i64,
 }
 
 /// A sender's address as one number (IPv4 address and port; a hash for IPv6), 0 for none.
@@ -150,6 +154,11 @@ struct Capture {
     /// Senders seen by this capture: (key, index), so the shared list is asked once each.
     senders: Vec<(u64, u16)>,
     last_publish: Instant,
+    /// Latency stamps on: when the last receive call returned (ns since the epoch), and the
+    /// sampled frames of the batch waiting for their publish stamp: (seq, kernel, VDIF time).
+    stamps_on: bool,
+    returned_ns: i64,
+    sampled: Vec<(u64, i64, Option<i64>)>,
 }
 
 /// Runs the capture until the stop flag is set (or the recording's frame limit is reached).
@@ -215,6 +224,9 @@ impl Capture {
             seq: 0,
             senders: Vec::new(),
             last_publish: Instant::now(),
+            stamps_on: setup.shared.latency().is_some(),
+            returned_ns: 0,
+            sampled: Vec::with_capacity(BATCH / latency::SAMPLE_EVERY as usize + 2),
             setup,
         }
     }
@@ -298,8 +310,24 @@ impl Capture {
         if n > 0 {
             self.c.last_datagram = Some(Instant::now());
             self.c.stats.datagrams += n as u64;
+            if self.stamps_on {
+                self.returned_ns = latency::now_ns();
+            }
         }
         n
+    }
+
+    /// Latency stamps: the sampled frames just published.
+    fn stamp_published(&mut self) {
+        if self.sampled.is_empty() {
+            return;
+        }
+        let published = latency::now_ns();
+        if let Some(l) = self.shared.latency() {
+            for (seq, kernel, vdif) in self.sampled.drain(..) {
+                l.received(seq, kernel, self.returned_ns, published, vdif);
+            }
+        }
     }
 
     /// The first valid datagram tells the frame size: the ring is laid out (if it was not
@@ -351,9 +379,19 @@ impl Capture {
         if self.setup.tag_senders {
             r.set_tag(0, sender_tag(&mut self.senders, &self.shared, info.sender));
         }
+        if self.stamps_on {
+            sample(
+                &mut self.sampled,
+                self.acc.frames_per_second(),
+                0,
+                &info,
+                &h,
+            );
+        }
         self.seq = 1;
         self.c.stats.frames_received = 1;
         r.publish(self.seq);
+        self.stamp_published();
         1
     }
 
@@ -390,6 +428,10 @@ impl Capture {
                     unsafe { std::ptr::copy(b.dst.add(i * fs), b.dst.add(accepted * fs), fs) };
                 }
                 self.acc.frame(&h, Fate::Buffered);
+                if self.stamps_on {
+                    let fps = self.acc.frames_per_second();
+                    sample(&mut self.sampled, fps, self.seq + accepted as u64, info, &h);
+                }
                 if self.setup.tag_senders {
                     let tag = sender_tag(&mut self.senders, &self.shared, info.sender);
                     self.ring
@@ -407,6 +449,7 @@ impl Capture {
             self.seq += accepted as u64;
             self.c.stats.frames_received = self.seq;
             self.ring.as_ref().expect("ring").publish(self.seq);
+            self.stamp_published();
         }
         emit_rows(
             &self.shared,
@@ -421,6 +464,10 @@ impl Capture {
     /// Stopping: publish the last frames and count the last (partial) seconds.
     fn finish(mut self) {
         self.acc.finish();
+        if let Some(r) = &self.ring {
+            // Nothing more will be written: views count exactly the frames rewritten.
+            r.settle(self.seq);
+        }
         read_backend_counters(&mut self.c, self.backend.as_mut());
         emit_rows(
             &self.shared,
@@ -453,6 +500,25 @@ fn sender_tag(seen: &mut Vec<(u64, u16)>, shared: &Shared, key: u64) -> u16 {
     i
 }
 
+/// Latency stamps: notes frame `seq` if it is one of the sampled (stamped once published).
+#[inline]
+fn sample(
+    sampled: &mut Vec<(u64, i64, Option<i64>)>,
+    fps: u32,
+    seq: u64,
+    info: &DatagramInfo,
+    h: &crate::vdif::Header,
+) {
+    if seq % latency::SAMPLE_EVERY != 0 {
+        return;
+    }
+    let vdif = (fps > 0).then(|| {
+        crate::vdif::time::utc_unix(h.ref_epoch(), h.seconds()) * 1_000_000_000
+            + i64::from(h.frame_nr()) * 1_000_000_000 / i64::from(fps)
+    });
+    sampled.push((seq, info.kernel_ns, vdif));
+}
+
 /// POSIX time now, in seconds (the arrival times in per-second rows).
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
@@ -474,6 +540,9 @@ pub fn install_ring(
         ring.set_no_consumer();
     }
     let ring = Arc::new(ring);
+    if let Some(l) = shared.latency() {
+        l.size_for(ring.nslots());
+    }
     shared.note(format!(
         "ring: {} in {} slots of {} bytes; {}",
         crate::units::format_size(ring.bytes() as u64),

@@ -73,6 +73,7 @@ impl PortFilter {
             psn: (offset >= 8 && payload.len() >= 8)
                 .then(|| u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"))),
             sender: 0,
+            kernel_ns: 0,
         })
     }
 }

@@ -600,6 +600,20 @@ impl PfRingBackend {
     }
 }
 
+impl PfRingBackend {
+    /// The packet's receive stamp from the header PF_RING filled (`ts`, a timeval: µs), in ns;
+    /// 0 where PF_RING left it empty.
+    fn stamp(&self) -> i64 {
+        let word =
+            |at: usize| i64::from_ne_bytes(self.hdr.0[at..at + 8].try_into().expect("8 bytes"));
+        let (sec, usec) = (word(0), word(8));
+        if sec <= 0 {
+            return 0;
+        }
+        sec * 1_000_000_000 + usec * 1_000
+    }
+}
+
 impl Backend for PfRingBackend {
     unsafe fn receive(
         &mut self,
@@ -643,7 +657,8 @@ impl Backend for PfRingBackend {
             // SAFETY: PF_RING guarantees caplen bytes at buf until the next receive.
             let packet = unsafe { std::slice::from_raw_parts(buf, caplen as usize) };
             // SAFETY: the caller guarantees dst holds max * stride bytes.
-            if let Some(d) = unsafe { self.filter.take(packet, dst.add(n * stride), stride) } {
+            if let Some(mut d) = unsafe { self.filter.take(packet, dst.add(n * stride), stride) } {
+                d.kernel_ns = self.stamp();
                 info[n] = d;
                 n += 1;
             }

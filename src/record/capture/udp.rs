@@ -14,8 +14,13 @@ use thiserror::Error;
 
 /// How long one receive call waits for a first datagram: the stop flag is seen this often.
 pub const RECEIVE_TIMEOUT_MS: i64 = 50;
-/// Control buffer for one message (room for the SO_RXQ_OVFL cmsg).
+/// Control buffer for one message (room for the SO_RXQ_OVFL and SO_TIMESTAMPNS cmsgs: 24 + 32
+/// bytes on 64-bit Linux).
 const CONTROL_BYTES: usize = 64;
+/// `SO_TIMESTAMPNS` (and its cmsg type `SCM_TIMESTAMPNS`): a `struct timespec` receive stamp.
+/// 35 on every Linux architecture the wheel is built for (x86-64, aarch64); the libc crate
+/// does not export it for Linux.
+const SO_TIMESTAMPNS: libc::c_int = 35;
 /// Offsets longer than this are refused (a PSN is 8 bytes; some senders add a few more).
 pub const MAX_OFFSET: usize = 64;
 
@@ -51,6 +56,8 @@ pub struct UdpConfig {
     pub offset: usize,
     /// Tell each datagram's sender (for scans split by sender).
     pub senders: bool,
+    /// Ask the kernel for each datagram's receive stamp (`SO_TIMESTAMPNS`, latency stamps).
+    pub timestamps: bool,
 }
 
 pub struct UdpBackend {
@@ -63,6 +70,8 @@ pub struct UdpBackend {
     drops: u64,
     /// Each message's source address, when senders are told.
     names: Option<Vec<libc::sockaddr_storage>>,
+    /// Whether the kernel stamps each datagram.
+    timestamps: bool,
 }
 
 // SAFETY: the raw pointers inside the message headers point only into this struct's own
@@ -103,6 +112,12 @@ impl UdpBackend {
             r.map_err(|source| UdpError::Multicast { group, source })?;
             notes.push(format!("multicast: joined {group}"));
         }
+        if cfg.timestamps && !enable_timestamps(&socket) {
+            notes.push(format!(
+                "latency: the kernel refused SO_TIMESTAMPNS ({}); the kernel stage is not measured",
+                io::Error::last_os_error()
+            ));
+        }
         let local = socket
             .local_addr()
             .ok()
@@ -121,6 +136,7 @@ impl UdpBackend {
             names: cfg
                 .senders
                 .then(|| vec![unsafe { MaybeUninit::zeroed().assume_init() }; BATCH]),
+            timestamps: cfg.timestamps,
         };
         Ok((backend, local, notes))
     }
@@ -293,6 +309,11 @@ impl Backend for UdpBackend {
                 psn: (off >= 8 && m.msg_len as usize >= 8)
                     .then(|| u64::from_le_bytes(self.prefix[i][..8].try_into().expect("8 bytes"))),
                 sender: self.names.as_ref().map_or(0, |n| name_key(&n[i])),
+                kernel_ns: if self.timestamps {
+                    receive_stamp(&m.msg_hdr)
+                } else {
+                    0
+                },
             };
         }
         if n > 0 {
@@ -333,6 +354,38 @@ fn socket_drops(fd: libc::c_int) -> Option<u64> {
     };
     let filled = len as usize / std::mem::size_of::<u32>();
     (rc == 0 && filled > SK_MEMINFO_DROPS).then(|| info[SK_MEMINFO_DROPS] as u64)
+}
+
+/// Asks the kernel to stamp each datagram as it arrives; whether it agreed.
+fn enable_timestamps(socket: &Socket) -> bool {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt with an int option on our socket.
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_TIMESTAMPNS,
+            &on as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+/// The SO_TIMESTAMPNS receive stamp in a message's control data, ns since the epoch (0: none).
+fn receive_stamp(hdr: &libc::msghdr) -> i64 {
+    // SAFETY: walking the control buffer the kernel filled, with the libc macros.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == SO_TIMESTAMPNS {
+                let ts: libc::timespec =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::timespec);
+                return ts.tv_sec * 1_000_000_000 + ts.tv_nsec;
+            }
+            cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+        }
+    }
+    0
 }
 
 /// The SO_RXQ_OVFL counter in a received message's control data.

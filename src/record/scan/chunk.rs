@@ -18,6 +18,8 @@ pub struct ChunkJob {
     pub out: std::sync::Arc<ScanOut>,
     /// The ring its frames are in, and which stream's that is.
     pub ring: std::sync::Arc<Ring>,
+    /// That stream's shared state (its latency stamps).
+    pub stream: std::sync::Arc<crate::record::shared::Shared>,
     pub input: usize,
     pub number: u64,
     /// (first ring sequence number, frames), in order.
@@ -137,6 +139,7 @@ fn write_frames(
     let rest = ChunkJob {
         out: job.out.clone(),
         ring: job.ring.clone(),
+        stream: job.stream.clone(),
         input: job.input,
         number: job.number,
         ranges: if whole > 0 {

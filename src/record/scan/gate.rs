@@ -227,6 +227,8 @@ struct Part {
     stop_at: Option<u64>,
     overflows_at_start: u64,
     drops_at_start: u64,
+    /// The stream's shared state, for the latency stamps of its chunks.
+    stream: Arc<Shared>,
 }
 
 /// The scan being gated.
@@ -432,6 +434,7 @@ impl GateLoop {
                     stop_at: None,
                     overflows_at_start: c.ring_overflows,
                     drops_at_start: c.kernel_drops,
+                    stream: i.shared.clone(),
                 }
             })
             .collect();
@@ -880,6 +883,7 @@ impl Active {
         let job = ChunkJob {
             out: ds.out.clone(),
             ring: ring.clone(),
+            stream: self.parts[ds.input].stream.clone(),
             input: ds.input,
             number: *number,
             ranges: b.ranges,

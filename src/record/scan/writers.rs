@@ -137,6 +137,14 @@ fn write_somewhere(
         match chunk::write_chunk(out, ring, disk, job) {
             Ok(w) => {
                 disks.give(d);
+                if let Some(l) = job.stream.latency() {
+                    // The write stage ends when the chunk's write returned (a vbs chunk's file
+                    // after its fdatasync); scans have no durable stage of their own.
+                    let written = crate::record::latency::now_ns();
+                    for &(seq, n) in &job.ranges {
+                        l.written(seq, seq + n, written, true);
+                    }
+                }
                 let mut l = log.lock().unwrap();
                 l.bytes_written += bytes;
                 *l.bytes_by_scan.entry(out.name.clone()).or_default() += bytes;

@@ -1,0 +1,304 @@
+//! The live quality monitor: once a second, a low-priority thread looks at part of the newest
+//! frames in the ring and publishes their spectra, bit statistics and tones for the status
+//! page, `/metrics` and `Recorder.live()`.
+//!
+//! The record stage never computes spectra itself: the recorder's maker hands it the
+//! analysis (`Analyser`, `analysis::live::analyser()`). The monitor never costs a frame: its
+//! view of the ring pins nothing (it yields to the capture; a result from frames the capture
+//! overwrote meanwhile is thrown away and counted as a skip), it runs at the lowest priority
+//! (`SCHED_IDLE`, so it gets a CPU only when the capture and writer leave one idle), and a
+//! second it cannot keep up with is skipped and counted, never queued.
+
+use crate::record::ring::Ring;
+use crate::record::shared::Shared;
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The analysis the monitor runs on a view: frames (whole, header included, in arrival
+/// order), the spectral channels and the frames per second per thread (for the sample rate
+/// when the header does not say it).
+pub type Analyser = Arc<dyn Fn(&[&[u8]], usize, u32) -> Result<LiveReport, String> + Send + Sync>;
+
+/// How often the monitor looks.
+const EVERY: Duration = Duration::from_secs(1);
+/// Most of the ring one look may view: the capture must never have to lap a view it could
+/// have avoided lapping.
+const MOST_OF_RING: u64 = 8;
+/// CPU (in cores) the monitor allows itself when it sets its own fraction: a quarter of a core
+/// where a core is spare, a tenth where the capture and writer use them all.
+const BUDGET_SPARE: f64 = 0.25;
+const BUDGET_BUSY: f64 = 0.1;
+
+/// One (thread, channel)'s spectrum.
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveSpectrum {
+    pub thread: u32,
+    pub channel: u32,
+    /// Mean power per spectral channel (`nfft` of them), from the band's lower edge.
+    pub power: Vec<f32>,
+}
+
+/// One (thread, channel)'s bit statistics.
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveBits {
+    pub thread: u32,
+    pub channel: u32,
+    /// Fraction of samples in each quantisation state, lowest level first.
+    pub fractions: Vec<f64>,
+    /// What Gaussian noise at the optimal thresholds gives (None: bits without a reference).
+    pub expected: Option<Vec<f64>>,
+    /// Largest |fraction − expected| over the states, in percentage points.
+    pub deviation_pp: Option<f64>,
+}
+
+/// A tone in one (thread, channel).
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveTone {
+    pub thread: u32,
+    pub channel: u32,
+    /// Hz from the band's lower edge (spectral channels when the sample rate is unknown).
+    pub frequency: f64,
+    /// Peak power over the median (the noise floor).
+    pub power_ratio: f64,
+}
+
+/// What the analysis found in one view.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LiveReport {
+    pub nfft: usize,
+    pub bits: u32,
+    pub complex: bool,
+    /// Samples per second per channel, and the band each spectrum spans (Hz; None: unknown).
+    pub sample_rate_hz: Option<f64>,
+    pub bandwidth_hz: Option<f64>,
+    pub spectra: Vec<LiveSpectrum>,
+    pub bit_states: Vec<LiveBits>,
+    pub tones: Vec<LiveTone>,
+}
+
+/// The newest report with what it describes, as `/status` serves it.
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveSnapshot {
+    /// The VDIF second of the view's first frame: epoch, seconds since it, and UTC.
+    pub ref_epoch: u32,
+    pub seconds: u32,
+    pub vdif_second: String,
+    pub unix_second: i64,
+    /// Frames viewed, and their share of a second of the stream.
+    pub frames: u64,
+    pub fraction: f64,
+    /// Looks computed and skipped (the view was overwritten, the analysis failed or could not
+    /// keep up) since the start; CPU seconds the monitor used.
+    pub computed: u64,
+    pub skips: u64,
+    pub cpu_s: f64,
+    /// Why the last look was skipped, if it was.
+    pub last_skip: Option<String>,
+    #[serde(flatten)]
+    pub report: LiveReport,
+}
+
+/// The monitor's settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LiveConfig {
+    /// Share of each second to analyse (None: what the spare CPU allows).
+    pub fraction: Option<f64>,
+    /// Spectral channels.
+    pub nfft: usize,
+}
+
+/// What the monitor publishes; read by the status server and Python.
+#[derive(Default)]
+pub struct LiveState {
+    snapshot: Mutex<Option<LiveSnapshot>>,
+    computed: AtomicU64,
+    skips: AtomicU64,
+    last_skip: Mutex<Option<String>>,
+}
+
+impl LiveState {
+    /// The newest result, with the counters as they are now (None before the first).
+    pub fn snapshot(&self) -> Option<LiveSnapshot> {
+        let mut s = self.snapshot.lock().unwrap().clone()?;
+        s.computed = self.computed.load(Ordering::Acquire);
+        s.skips = self.skips.load(Ordering::Acquire);
+        s.last_skip = self.last_skip.lock().unwrap().clone();
+        Some(s)
+    }
+    pub fn computed(&self) -> u64 {
+        self.computed.load(Ordering::Acquire)
+    }
+    pub fn skips(&self) -> u64 {
+        self.skips.load(Ordering::Acquire)
+    }
+    fn skip(&self, n: u64, why: String) {
+        self.skips.fetch_add(n, Ordering::AcqRel);
+        *self.last_skip.lock().unwrap() = Some(why);
+    }
+}
+
+/// A running monitor; stops when dropped.
+pub struct LiveMonitor {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LiveMonitor {
+    /// Starts the monitor on the stream of `shared`; `busy_threads` are the recording's own
+    /// busy threads (captures and writers), for the CPU it may use.
+    pub fn start(
+        shared: Arc<Shared>,
+        config: LiveConfig,
+        analyser: Analyser,
+        busy_threads: usize,
+    ) -> std::io::Result<LiveMonitor> {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("vdifrec-live".into())
+            .spawn(move || run(&shared, config, &analyser, busy_threads, &stop2))?;
+        Ok(LiveMonitor {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for LiveMonitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Lowest priority for the calling thread: `SCHED_IDLE` where allowed, else nice 19.
+fn lowest_priority() {
+    // SAFETY: scheduling calls on the calling thread (tid by system call: the wheel's glibc
+    // 2.17 has no gettid wrapper).
+    unsafe {
+        let param = libc::sched_param { sched_priority: 0 };
+        if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+        }
+    }
+}
+
+/// The share of a second to look at: the one given, or what the CPU budget allows at the
+/// measured cost per frame (1/16 until a cost is known).
+fn fraction_now(config: &LiveConfig, budget: f64, cpu_per_frame: Option<f64>, fps: f64) -> f64 {
+    if let Some(f) = config.fraction {
+        return f;
+    }
+    match cpu_per_frame {
+        Some(c) if c > 0.0 && fps > 0.0 => (budget / (c * fps)).clamp(1.0 / 1024.0, 1.0),
+        _ => 1.0 / 16.0,
+    }
+}
+
+fn run(
+    shared: &Shared,
+    config: LiveConfig,
+    analyser: &Analyser,
+    busy_threads: usize,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    crate::affinity::name_current("vdifrec-live");
+    lowest_priority();
+    let cpus = crate::affinity::allowed_cpus().len().max(1);
+    let budget = if cpus > busy_threads {
+        BUDGET_SPARE
+    } else {
+        BUDGET_BUSY
+    };
+    let state = shared.live();
+    let mut last: Option<(Instant, u64)> = None;
+    let mut cpu_per_frame: Option<f64> = None;
+    let mut next = Instant::now() + EVERY;
+    while !stop.load(Ordering::Acquire) {
+        let now = Instant::now();
+        if now < next {
+            std::thread::sleep((next - now).min(Duration::from_millis(50)));
+            continue;
+        }
+        // A look that ran over its second skips the seconds it covered, never queues them.
+        let late = (now - next).as_secs_f64() as u64;
+        if late > 0 {
+            state.skip(
+                late,
+                format!("the analysis took {late} s more than a second"),
+            );
+        }
+        next = now + EVERY;
+        let Some(ring) = shared.ring() else { continue };
+        let received = shared.capture_stats().frames_received;
+        let fps = match last {
+            Some((t, n)) => received.saturating_sub(n) as f64 / now.duration_since(t).as_secs_f64(),
+            None => 0.0,
+        };
+        last = Some((now, received));
+        if fps <= 0.0 {
+            continue;
+        }
+        let fraction = fraction_now(&config, budget, cpu_per_frame, fps);
+        let want = ((fraction * fps).round() as u64).clamp(1, ring.nslots() / MOST_OF_RING);
+        let per_thread_fps = shared.capture_stats().frames_per_second;
+        let cpu0 = crate::affinity::thread_cpu_seconds();
+        match look(&ring, want, config.nfft, per_thread_fps, analyser) {
+            Ok((snapshot_of, frames)) => {
+                let used = crate::affinity::thread_cpu_seconds() - cpu0;
+                cpu_per_frame = Some(used / frames.max(1) as f64);
+                let mut s = snapshot_of;
+                s.fraction = frames as f64 / fps;
+                s.cpu_s = crate::affinity::thread_cpu_seconds();
+                state.computed.fetch_add(1, Ordering::AcqRel);
+                *state.snapshot.lock().unwrap() = Some(s);
+            }
+            Err(why) => state.skip(1, why),
+        }
+    }
+}
+
+/// Views the newest `want` frames without pinning them, analyses them, and keeps the result
+/// only if the capture overwrote none of them meanwhile.
+fn look(
+    ring: &Ring,
+    want: u64,
+    nfft: usize,
+    fps: u32,
+    analyser: &Analyser,
+) -> Result<(LiveSnapshot, u64), String> {
+    let (first, count) = ring.watch_latest(want).map_err(|e| e.to_string())?;
+    // SAFETY: the frames were published when watched; the capture may overwrite them while
+    // they are read (the result is then discarded below); the mapping lives as long as `ring`.
+    let bytes = unsafe { ring.frames(first, count) };
+    let frames: Vec<&[u8]> = bytes.chunks_exact(ring.frame_size()).collect();
+    let header = crate::vdif::Header::parse_unchecked(frames[0]).map_err(|e| e.to_string())?;
+    let report = analyser(&frames, nfft, fps);
+    let stale = ring.overwritten(first, count);
+    if stale > 0 {
+        return Err(format!(
+            "the capture overwrote {stale} of the {count} frames viewed while they were analysed"
+        ));
+    }
+    let report = report?;
+    let unix = crate::vdif::time::utc_unix(header.ref_epoch(), header.seconds());
+    let snapshot = LiveSnapshot {
+        ref_epoch: header.ref_epoch(),
+        seconds: header.seconds(),
+        vdif_second: crate::vdif::time::Utc::from_unix(unix).iso(),
+        unix_second: unix,
+        frames: count,
+        fraction: 0.0,
+        computed: 0,
+        skips: 0,
+        cpu_s: 0.0,
+        last_skip: None,
+        report,
+    };
+    Ok((snapshot, count))
+}
