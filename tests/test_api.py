@@ -216,6 +216,16 @@ def test_views_are_zero_copy_read_only_and_shared(tmp_path: Path) -> None:
     np.testing.assert_array_equal(vdifrec.decode(latest), vdifrec.decode(received[-100:]))
 
 
+def test_a_view_before_any_frame_is_empty_and_analyses_say_so() -> None:
+    rec = started()  # the frame size is given: the ring is laid out before any frame
+    with rec.view(10) as frames:
+        assert frames.shape == (0, FS)
+        for analysis in (vdifrec.spectrum, vdifrec.bstate):
+            with pytest.raises(ValueError, match="frames: the array holds no frame"):
+                analysis(frames)
+    rec.stop()
+
+
 def test_a_view_of_more_frames_than_have_arrived_holds_those_that_have() -> None:
     rec = started(fps=10_000)
     vdifrec.send(rec.address, frames=3, fps=10_000, **START)

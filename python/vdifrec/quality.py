@@ -190,7 +190,14 @@ def _kind(x: Any) -> str:
 
 
 def _frames(x: Any) -> npt.NDArray[np.uint8]:
-    return np.ascontiguousarray(np.asarray(x), dtype=np.uint8)
+    return np.ascontiguousarray(_some_frames(np.asarray(x)), dtype=np.uint8)
+
+
+def _some_frames(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A frames array that holds at least one frame (a view taken before any arrived holds none)."""
+    if a.shape[0] == 0:
+        raise ValueError("frames: the array holds no frame, so there is nothing to analyse (a view taken before any frame arrived is empty)")
+    return a
 
 
 def _samples(x: Any) -> tuple[npt.NDArray[np.float32], int, int, int, bool]:
@@ -216,7 +223,7 @@ def _is_complex(x: Any) -> bool:
         return x.complex_data
     a = np.asarray(x)
     if a.dtype == np.uint8 and a.ndim == 2:
-        return _core.Header.from_bytes(bytes(a[0, :32]), verify=False).complex
+        return _core.Header.from_bytes(bytes(_some_frames(a)[0, :32]), verify=False).complex
     return bool(np.iscomplexobj(a))
 
 
@@ -354,7 +361,7 @@ def bstate(x: Any, bits: int | None = None) -> BitStats:
         parts = x.frame_parts
     else:
         frames = np.asarray(x)
-        parts = [frames] if frames.dtype == np.uint8 and frames.ndim == 2 else []
+        parts = [_some_frames(frames)] if frames.dtype == np.uint8 and frames.ndim == 2 else []
     if parts:
         threads, counts, b = _frame_states(parts)
     else:

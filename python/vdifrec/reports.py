@@ -285,7 +285,9 @@ class Summary(_Record):
     ``durable``, ``off`` (see ``vdifrec record --latency``)."""
     live_computed: int | None = None
     live_skips: int | None = None
-    """The live monitor's looks computed and skipped (None: it did not run)."""
+    live_cpu_s: float | None = None
+    """The live monitor's looks computed and skipped, and the CPU seconds it used (None: it did
+    not run)."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Summary:

@@ -76,7 +76,7 @@ def print_summary(s: Summary, out: TextIO) -> None:
     if s.error:
         print(f"Error: {s.error}", file=out)
     if s.live_computed is not None:
-        print(f"Live monitor: {s.live_computed} looks, {s.live_skips} skipped (never a frame lost)", file=out)
+        print(f"Live monitor: {s.live_computed} looks, {s.live_skips} skipped (never a frame lost), {s.live_cpu_s or 0:.1f} CPU s", file=out)
     print("=" * (2 * len(bar) + 9), file=out)
     if s.latency is not None:
         print_latency(s.latency, out)

@@ -116,6 +116,8 @@ pub struct LiveState {
     computed: AtomicU64,
     skips: AtomicU64,
     last_skip: Mutex<Option<String>>,
+    /// CPU the monitor thread has used, in nanoseconds (looks skipped included).
+    cpu_ns: AtomicU64,
 }
 
 impl LiveState {
@@ -125,7 +127,12 @@ impl LiveState {
         s.computed = self.computed.load(Ordering::Acquire);
         s.skips = self.skips.load(Ordering::Acquire);
         s.last_skip = self.last_skip.lock().unwrap().clone();
+        s.cpu_s = self.cpu_s();
         Some(s)
+    }
+    /// CPU seconds the monitor has used so far.
+    pub fn cpu_s(&self) -> f64 {
+        self.cpu_ns.load(Ordering::Acquire) as f64 * 1e-9
     }
     pub fn computed(&self) -> u64 {
         self.computed.load(Ordering::Acquire)
@@ -188,15 +195,44 @@ fn lowest_priority() {
     }
 }
 
-/// The share of a second to look at: the one given, or what the CPU budget allows at the
-/// measured cost per frame (1/16 until a cost is known).
-fn fraction_now(config: &LiveConfig, budget: f64, cpu_per_frame: Option<f64>, fps: f64) -> f64 {
-    if let Some(f) = config.fraction {
-        return f;
+/// How much of each second the monitor looks at when it decides itself: as much as its CPU
+/// budget allows at the measured cost per frame, and no more than it can read in half a
+/// second of wall time (at the lowest priority it runs only on idle CPU, and a look the
+/// capture laps is wasted); halved after a lapped look, grown again after good ones.
+struct Pace {
+    cpu_per_frame: Option<f64>,
+    wall_per_frame: Option<f64>,
+    scale: f64,
+}
+
+impl Pace {
+    /// A look should end within this much wall time.
+    const WALL: f64 = 0.5;
+
+    fn fraction(&self, config: &LiveConfig, budget: f64, fps: f64) -> f64 {
+        if let Some(f) = config.fraction {
+            return f;
+        }
+        match (self.cpu_per_frame, self.wall_per_frame) {
+            (Some(c), Some(w)) if c > 0.0 && w > 0.0 && fps > 0.0 => {
+                let by_cpu = budget / (c * fps);
+                let by_wall = Pace::WALL / (w * fps);
+                (by_cpu.min(by_wall) * self.scale).clamp(1.0 / 4096.0, 1.0)
+            }
+            _ => 1.0 / 16.0 * self.scale,
+        }
     }
-    match cpu_per_frame {
-        Some(c) if c > 0.0 && fps > 0.0 => (budget / (c * fps)).clamp(1.0 / 1024.0, 1.0),
-        _ => 1.0 / 16.0,
+
+    /// A look of `frames` took `cpu` and `wall` seconds; `lapped`: the capture overwrote it.
+    fn measured(&mut self, frames: u64, cpu: f64, wall: f64, lapped: bool) {
+        let n = frames.max(1) as f64;
+        self.cpu_per_frame = Some(cpu / n);
+        self.wall_per_frame = Some(wall / n);
+        self.scale = if lapped {
+            (self.scale / 2.0).max(1.0 / 64.0)
+        } else {
+            (self.scale * 1.25).min(1.0)
+        };
     }
 }
 
@@ -217,7 +253,11 @@ fn run(
     };
     let state = shared.live();
     let mut last: Option<(Instant, u64)> = None;
-    let mut cpu_per_frame: Option<f64> = None;
+    let mut pace = Pace {
+        cpu_per_frame: None,
+        wall_per_frame: None,
+        scale: 1.0,
+    };
     let mut next = Instant::now() + EVERY;
     while !stop.load(Ordering::Acquire) {
         let now = Instant::now();
@@ -244,61 +284,87 @@ fn run(
         if fps <= 0.0 {
             continue;
         }
-        let fraction = fraction_now(&config, budget, cpu_per_frame, fps);
-        let want = ((fraction * fps).round() as u64).clamp(1, ring.nslots() / MOST_OF_RING);
+        // Frequencies need the frame rate (learned from the frame numbers' wrap within the
+        // first second or two): until then there is nothing to describe in Hz.
         let per_thread_fps = shared.capture_stats().frames_per_second;
+        if per_thread_fps == 0 {
+            continue;
+        }
+        let fraction = pace.fraction(&config, budget, fps);
+        let want = ((fraction * fps).round() as u64).clamp(1, ring.nslots() / MOST_OF_RING);
         let cpu0 = crate::affinity::thread_cpu_seconds();
-        match look(&ring, want, config.nfft, per_thread_fps, analyser) {
-            Ok((snapshot_of, frames)) => {
-                let used = crate::affinity::thread_cpu_seconds() - cpu0;
-                cpu_per_frame = Some(used / frames.max(1) as f64);
-                let mut s = snapshot_of;
-                s.fraction = frames as f64 / fps;
-                s.cpu_s = crate::affinity::thread_cpu_seconds();
+        let (result, viewed) = look(&ring, want, config.nfft, per_thread_fps, analyser);
+        let cpu = crate::affinity::thread_cpu_seconds();
+        state.cpu_ns.store((cpu * 1e9) as u64, Ordering::Release);
+        let lapped = matches!(&result, Err(Skip::Lapped(_)));
+        if viewed > 0 {
+            pace.measured(viewed, cpu - cpu0, now.elapsed().as_secs_f64(), lapped);
+        }
+        match result {
+            Ok(mut s) => {
+                s.fraction = viewed as f64 / fps;
                 state.computed.fetch_add(1, Ordering::AcqRel);
                 *state.snapshot.lock().unwrap() = Some(s);
             }
-            Err(why) => state.skip(1, why),
+            Err(Skip::Lapped(why) | Skip::Failed(why)) => state.skip(1, why),
         }
     }
 }
 
+/// Why a look gave no result.
+enum Skip {
+    /// The capture overwrote frames while they were read.
+    Lapped(String),
+    /// Nothing to view, or the analysis refused the frames.
+    Failed(String),
+}
+
 /// Views the newest `want` frames without pinning them, analyses them, and keeps the result
-/// only if the capture overwrote none of them meanwhile.
+/// only if the capture overwrote none of them meanwhile; also says how many were viewed.
 fn look(
     ring: &Ring,
     want: u64,
     nfft: usize,
     fps: u32,
     analyser: &Analyser,
-) -> Result<(LiveSnapshot, u64), String> {
-    let (first, count) = ring.watch_latest(want).map_err(|e| e.to_string())?;
+) -> (Result<LiveSnapshot, Skip>, u64) {
+    let (first, count) = match ring.watch_latest(want) {
+        Ok((_, 0)) => return (Err(Skip::Failed("no frame in the ring yet".into())), 0),
+        Ok(v) => v,
+        Err(e) => return (Err(Skip::Failed(e.to_string())), 0),
+    };
     // SAFETY: the frames were published when watched; the capture may overwrite them while
     // they are read (the result is then discarded below); the mapping lives as long as `ring`.
     let bytes = unsafe { ring.frames(first, count) };
     let frames: Vec<&[u8]> = bytes.chunks_exact(ring.frame_size()).collect();
-    let header = crate::vdif::Header::parse_unchecked(frames[0]).map_err(|e| e.to_string())?;
+    let header = crate::vdif::Header::parse_unchecked(frames[0]);
     let report = analyser(&frames, nfft, fps);
     let stale = ring.overwritten(first, count);
     if stale > 0 {
-        return Err(format!(
+        let why = format!(
             "the capture overwrote {stale} of the {count} frames viewed while they were analysed"
-        ));
+        );
+        return (Err(Skip::Lapped(why)), count);
     }
-    let report = report?;
-    let unix = crate::vdif::time::utc_unix(header.ref_epoch(), header.seconds());
-    let snapshot = LiveSnapshot {
-        ref_epoch: header.ref_epoch(),
-        seconds: header.seconds(),
-        vdif_second: crate::vdif::time::Utc::from_unix(unix).iso(),
-        unix_second: unix,
-        frames: count,
-        fraction: 0.0,
-        computed: 0,
-        skips: 0,
-        cpu_s: 0.0,
-        last_skip: None,
-        report,
-    };
-    Ok((snapshot, count))
+    let result = header
+        .map_err(|e| e.to_string())
+        .and_then(|h| report.map(|r| (h, r)))
+        .map(|(header, report)| {
+            let unix = crate::vdif::time::utc_unix(header.ref_epoch(), header.seconds());
+            LiveSnapshot {
+                ref_epoch: header.ref_epoch(),
+                seconds: header.seconds(),
+                vdif_second: crate::vdif::time::Utc::from_unix(unix).iso(),
+                unix_second: unix,
+                frames: count,
+                fraction: 0.0,
+                computed: 0,
+                skips: 0,
+                cpu_s: 0.0,
+                last_skip: None,
+                report,
+            }
+        })
+        .map_err(Skip::Failed);
+    (result, count)
 }

@@ -959,6 +959,7 @@ impl Recorder {
             latency: self.latency_report(),
             live_computed: self.config.live.map(|_| self.shared.live().computed()),
             live_skips: self.config.live.map(|_| self.shared.live().skips()),
+            live_cpu_s: self.config.live.map(|_| self.shared.live().cpu_s()),
             ok: false,
         }
         .judge()

@@ -201,6 +201,8 @@ pub struct Summary {
     /// The live monitor's looks computed and skipped (None: it did not run).
     pub live_computed: Option<u64>,
     pub live_skips: Option<u64>,
+    /// CPU seconds the live monitor used.
+    pub live_cpu_s: Option<f64>,
     /// The recording is good: everything buffered is on disk (network loss is reported, not
     /// an error). Set by `judge`, the one place this is decided.
     pub ok: bool,

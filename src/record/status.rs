@@ -525,6 +525,12 @@ fn live_metrics(
         "Looks the live monitor skipped (it yields to the recording: frames overwritten while it read them, or no CPU to spare).",
         &[("", live.skips() as f64)],
     );
+    metric(
+        "vdifrec_live_cpu_seconds_total",
+        "counter",
+        "CPU time of the live monitor thread (lowest priority: it runs on idle CPU only).",
+        &[("", live.cpu_s())],
+    );
     let Some(s) = snapshot else {
         return;
     };
