@@ -221,7 +221,7 @@ def test_a_view_before_any_frame_is_empty_and_analyses_say_so() -> None:
     with rec.view(10) as frames:
         assert frames.shape == (0, FS)
         for analysis in (vdifrec.spectrum, vdifrec.bstate):
-            with pytest.raises(ValueError, match="frames: the array holds no frame"):
+            with pytest.raises(ValueError, match="the frames array holds no frame"):
                 analysis(frames)
     rec.stop()
 
@@ -290,7 +290,7 @@ def test_a_view_yields_to_the_capture_and_says_it_is_stale() -> None:
         assert frames.stale_frames == min(n, max(0, received - 384))
         if received > 384:
             assert not frames.valid
-            with pytest.raises(vdifrec.StaleViewError, match=rf"spectrum: the view of frames 0\.\.{n} is stale: the capture overwrote {received - 384} of its {n} frames"):
+            with pytest.raises(vdifrec.StaleViewError, match=rf"spectrum: the view of frames 0\.\.{n} is stale: the capture has taken back {received - 384} of its {n} frames"):
                 vdifrec.spectrum(frames, nfft=256, sample_rate=20_000 * 8192)
             with pytest.raises(vdifrec.StaleViewError, match="bstate"):
                 vdifrec.bstate(frames[:10])

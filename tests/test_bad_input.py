@@ -217,6 +217,9 @@ def _cases() -> list[Case]:
     share = r"share of a second: give a number in \(0, 1\]"
     flag("record", "--live-fraction", {"0": share, "1.5": share, "-0.1": share, "abc": "expected a number", "nan": "finite number"})
     flag("record", "--live-nfft", {"8": r"16\.\.65536", "100000": r"16\.\.65536", "abc": WHOLE})
+    # Without --status-listen the monitor does not run: its settings would be silently unused.
+    c("record", "--live-fraction", "--live-fraction=0.5", allowed="the live monitor is off")
+    c("record", "--live-nfft", "--live-nfft=256", allowed="the live monitor is off")
     # Scans: the disks and the name are checked before the ring is allocated; the name, start
     # and stop when the scan starts (the recorder then stops at once, having written nothing).
     scan = {"without": ("--no-write",), "extra": ("--disk={tmp}", "--scan=s")}

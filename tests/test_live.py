@@ -11,7 +11,10 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import re
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -20,7 +23,7 @@ import numpy as np
 import pytest
 
 import vdifrec
-from conftest import delivered
+from conftest import delivered, free_udp_port, output_line
 
 pytestmark = pytest.mark.network
 
@@ -94,32 +97,43 @@ def test_the_live_monitor_is_off_without_the_status_or_when_told() -> None:
         assert s.live_computed is None and s.live_skips is None
 
 
+def busy_loops(seconds: float) -> list[subprocess.Popen[bytes]]:
+    """One CPU-bound process per CPU at normal priority, each ending by itself after `seconds`."""
+    code = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(os.cpu_count() or 1)]
+
+
 def test_a_starved_live_monitor_skips_and_the_recording_loses_nothing(tmp_path: Path) -> None:
-    # The whole of each second, one thread at the lowest priority, on whatever cores the host
-    # has: where it cannot keep up (a 2-core machine), looks are skipped and counted; the
-    # recording never notices. Its view pins nothing, so the ring only has to hold the writer's
-    # backlog.
+    # Every CPU kept busy at normal priority: the monitor, at the lowest (SCHED_IDLE), gets
+    # next to none, so its looks (a whole second each) cannot finish in their second, on any
+    # host. They are skipped and counted; the recording goes on and loses nothing to them.
     out = tmp_path / "starved.vdif"
     fps, seconds = 5000, 6
     rec = vdifrec.Recorder(port=0, ring="512MiB", path=out, status_listen="127.0.0.1:0", live_fraction=1.0)
     rec.start()
     assert rec.address is not None
-    t0 = time.monotonic()
-    sent = vdifrec.send(rec.address, duration=float(seconds), fps=fps)
-    flowed = time.monotonic() - t0
-    d = delivered(rec.address, sent["frames_sent"], lambda: rec.stats().datagrams)
-    # A last look may still be running: let it end before counting.
-    time.sleep(1.5)
-    s = rec.stop()
+    sender = vdifrec.Sender(rec.address, duration=float(seconds), fps=fps)
+    hogs: list[subprocess.Popen[bytes]] = []
+    try:
+        # Once it has looked, starve it for the rest of the stream.
+        wait_for(lambda: rec.live(), 20.0, "a first look by the live monitor")
+        hogs = busy_loops(seconds + 4)
+        sent = sender.wait(timeout=60)
+        assert sent is not None, "the sender did not finish in a minute"
+        d = delivered(rec.address, sent["frames_sent"], lambda: rec.stats().datagrams)
+        time.sleep(1.0)
+        s = rec.stop()
+    finally:
+        if not sender.finished:
+            sender.stop()
+        for h in hogs:
+            h.kill()
+            h.wait(timeout=10)
     assert s.ring_overflows == 0 and s.bytes_dropped_disk == 0 and s.ok
+    # Whatever the busy host made the kernel drop is counted as such; all else is on disk.
     assert s.frames_received == sent["frames_sent"] - d.kernel_drops
     assert out.stat().st_size == s.frames_received * FS
-    # Every second with data is either looked at or skipped, never silently dropped: the
-    # monitor's first second measures the rate, the next may wait for the frame rate (learned
-    # from the frame numbers' wrap), and a look may straddle the end.
-    assert s.live_computed is not None and s.live_skips is not None
-    attempts = s.live_computed + s.live_skips
-    assert math.floor(flowed) - 4 <= attempts <= math.ceil(flowed) + 3, (s.live_computed, s.live_skips, flowed)
+    assert s.live_skips is not None and s.live_skips >= 1, (s.live_computed, s.live_skips)
 
 
 # -- latency stamps --------------------------------------------------------------------------
@@ -132,7 +146,9 @@ def test_latency_stamps_are_in_stage_order_and_count_the_sampled_frames(tmp_path
     rec = vdifrec.Recorder(port=0, ring="64MiB", path=out, direct=False, latency=True, status_listen="127.0.0.1:0")
     rec.start()
     assert rec.address is not None
-    sent = vdifrec.send(rec.address, frames=20_000, fps=20_000)
+    # A second and a half: the frame numbers wrap, so the frame rate (and with it each
+    # frame's VDIF time, for `off`) is known for sure from then on.
+    sent = vdifrec.send(rec.address, frames=30_000, fps=20_000)
     delivered(rec.address, sent["frames_sent"], lambda: rec.stats().datagrams)
     during = status_of(rec)["latency"]
     s = rec.stop()
@@ -142,9 +158,12 @@ def test_latency_stamps_are_in_stage_order_and_count_the_sampled_frames(tmp_path
     assert every == 64
     sampled = math.ceil(s.frames_received / every)
     # Frames 0, 64, 128, ... of the received: exactly these are stamped at each stage.
-    for stage in ("kernel", "capture", "write", "durable", "off"):
+    for stage in ("kernel", "capture", "write", "durable"):
         assert stages[stage]["count"] == sampled, stage
         assert sum(n for _, n in stages[stage]["buckets"]) == sampled
+    # `off` once the frame rate is known (never from a running estimate of it).
+    assert 0 < stages["off"]["count"] < sampled
+    assert sum(n for _, n in stages["off"]["buckets"]) == stages["off"]["count"]
     for stage in ("kernel", "capture", "write", "durable"):
         st = stages[stage]
         assert st["negative"] == 0, stage
@@ -172,12 +191,46 @@ def test_a_scans_chunks_are_stamped_when_their_write_returns(tmp_path: Path) -> 
     assert s.latency is not None and s.scans[0].frames == s.frames_received
     stages = s.latency["stages"]
     sampled = math.ceil(s.frames_received / 64)
-    for stage in ("kernel", "capture", "write", "off"):
+    for stage in ("kernel", "capture", "write"):
         assert stages[stage]["count"] == sampled, stage
+    assert stages["off"]["count"] <= sampled
     # A vbs chunk is synced before its write returns: no durable stage of its own.
     assert stages["durable"]["count"] == 0
     for t in s.latency["traces"]:
         assert t["kernel"] <= t["returned"] <= t["published"] <= t["written"] and t["durable"] is None
+
+
+def test_record_latency_prints_the_table_and_no_live_turns_the_monitor_off(tmp_path: Path) -> None:
+    port = free_udp_port()
+    log = tmp_path / "out.txt"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vdifrec.cli", "record", "--port", str(port), "--no-write", "--frames", "3000",
+             "--latency", "--status-listen", "0", "--no-live", "--quiet", "--ring", "32MiB"],
+            stdout=out, stderr=subprocess.STDOUT, text=True,
+        )
+        try:
+            output_line(log, r"listening on", proc=proc)
+            # Until the recorder has its 3000 frames (the kernel may drop some: send again).
+            sent = 0
+            for second in range(100, 110):
+                if proc.poll() is not None:
+                    break
+                sent += vdifrec.send(("127.0.0.1", port), frames=3000, fps=20_000, ref_epoch=53, start_second=second)["frames_sent"]
+                time.sleep(0.3)
+            assert proc.wait(timeout=30) == 0, log.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log.read_text()
+    assert "Stream Good Packet: 3000" in text
+    rows = dict(re.findall(r"^(kernel|capture|write|durable|off)\s+(\d+)\s", text, re.M))
+    # 3000 frames, one in 64 stamped: 47; nothing written when monitoring.
+    assert set(rows) == {"kernel", "capture", "write", "durable", "off"}, text
+    assert (rows["kernel"], rows["capture"], rows["write"], rows["durable"]) == ("47", "47", "0", "0"), text
+    assert "LATENCY (one frame in 64" in text
+    # --no-live: the summary has no live-monitor line.
+    assert "Live monitor" not in text
 
 
 # -- views at the reference rate -------------------------------------------------------------
@@ -198,12 +251,13 @@ def test_a_view_lapped_at_the_reference_rate_is_stale_and_nothing_is_lost() -> N
     assert rec.address is not None
     nslots = ring_slots(rec)
     rate = 125_000 * 8192  # samples per second per channel (EDV 0 headers do not say)
-    sender = vdifrec.Sender(rec.address, duration=3.0, fps=125_000, tone_mhz=TONE_MHZ)
+    # The sender runs until the test has what it needs (however fast this host sends).
+    sender = vdifrec.Sender(rec.address, duration=60.0, fps=125_000, tone_mhz=TONE_MHZ)
     wait_for(lambda: rec.stats().frames_received > 20_000, 20.0, "20,000 frames")
     with rec.view(3000) as frames:
         assert frames.valid and not frames.held and frames.shape == (3000, FS)
         first = frames.first_frame
-        wait_for(lambda: rec.stats().frames_received > first + nslots + 3000, 20.0, "the capture lapping the view")
+        wait_for(lambda: rec.stats().frames_received > first + nslots + 3000, 40.0, "the capture lapping the view")
         assert not frames.valid and frames.stale_frames == 3000
         with pytest.raises(vdifrec.StaleViewError, match=rf"spectrum: the view of frames {first}\.\.{first + 3000} is stale"):
             vdifrec.spectrum(frames, nfft=512, sample_rate=rate)
@@ -218,7 +272,7 @@ def test_a_view_lapped_at_the_reference_rate_is_stale_and_nothing_is_lost() -> N
             except vdifrec.StaleViewError:
                 continue
         assert spectrum is not None, "no fresh view could be read before the capture lapped it"
-        sender.wait()
+        sender.stop()
         summary = rec.stop()
         assert summary.ring_overflows == 0
         assert frames.stale_frames == min(3000, max(0, summary.frames_received - nslots - first)) == 3000

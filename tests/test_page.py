@@ -328,13 +328,13 @@ def test_page_of_a_real_recorder(browser: Browser) -> None:
     try:
         assert rec.address is not None and rec.status_address is not None
         base = "http://%s:%d" % rec.status_address
-        sender = vdifrec.Sender(rec.address, duration=20, fps=20000, tone_mhz=tone_hz / 1e6)
+        sender = vdifrec.Sender(rec.address, duration=60, fps=20000, tone_mhz=tone_hz / 1e6)  # stopped below
         browser.open(base + "/")
         # A live spectrum needs a second of frames: wait (bounded) until one with tones is shown.
         browser.wait_for("(() => { const l = window.vdifrecPage.lastStatus && window.vdifrecPage.lastStatus.live;"
                          " return l && l.bandwidth_hz && l.tones.length > 0"
                          " && document.querySelectorAll('.tone-marker').length >= l.tones.length; })()",
-                         timeout=15)
+                         timeout=30)
         live = browser.evaluate("window.vdifrecPage.lastStatus.live")
         # The sender's band: 8192 bytes of 2-bit samples in 4 channels per frame, real sampling.
         samples_per_frame = (8224 - 32) * 8 // 2 // 4

@@ -91,7 +91,7 @@ def add_capture_arguments(p: Any, port_required: bool) -> None:
     p.add_argument("--pfring-library", type=path, help="path of libpfring.so (default: the system's)")
     p.add_argument("--status-listen", help="serve the control-room page (GET /), /status (JSON), /history and /metrics (Prometheus) at HOST:PORT (PORT alone: localhost)")
     p.add_argument("--no-live", dest="live", action="store_false", default=None, help="no live quality monitor (on with --status-listen: spectra, bit statistics, tones of part of each second)")
-    p.add_argument("--live-fraction", type=number, help="share of each second the live monitor analyses, in (0, 1] (default: what the spare CPU allows, ~1/16 on 2 cores)")
+    p.add_argument("--live-fraction", type=number, help="share of each second the live monitor analyses, in (0, 1], at most 1/8 of the ring (default: it paces itself from 1/16 by the CPU it may use)")
     p.add_argument("--live-nfft", type=integer, help=f"spectral channels of the live spectra (default {default('recorder', 'live_nfft')})")
     p.add_argument("--latency", action="store_true", default=None, help="per-stage latency stamps (kernel → capture → ring → write → disk, and VDIF time vs arrival); the table at the end")
 

@@ -196,7 +196,7 @@ def _frames(x: Any) -> npt.NDArray[np.uint8]:
 def _some_frames(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """A frames array that holds at least one frame (a view taken before any arrived holds none)."""
     if a.shape[0] == 0:
-        raise ValueError("frames: the array holds no frame, so there is nothing to analyse (a view taken before any frame arrived is empty)")
+        raise ValueError("the frames array holds no frame, so there is nothing to analyse (a view taken before any frame arrived is empty)")
     return a
 
 

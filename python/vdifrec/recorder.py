@@ -151,8 +151,9 @@ class Recorder:
         True runs it without the status endpoint. It pins nothing and never costs a frame: a
         look the capture overtakes, or one without spare CPU, is skipped and counted.
     live_fraction : float, optional
-        Share of each second the monitor analyses, in (0, 1] (default: what the spare CPU
-        allows, about 1/16 of a second on a 2-core host).
+        Share of each second the monitor analyses, in (0, 1], at most an eighth of the ring
+        (default: it paces itself, starting at 1/16 of a second, then as much as its CPU budget
+        allows and it can read in half a second).
     live_nfft : int
         Spectral channels of the live spectra (default 1024).
     latency : bool

@@ -87,7 +87,7 @@ LATENCY_STAGES = {
     "kernel": "kernel receive stamp -> capture thread",
     "capture": "capture thread -> published to the ring",
     "write": "published -> write call returned",
-    "durable": "written -> on the device (buffered writes)",
+    "durable": "written -> written back (buffered writes)",
     "off": "arrival - the frame's VDIF time",
 }
 

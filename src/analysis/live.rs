@@ -54,8 +54,7 @@ pub fn analyse(frames: &[&[u8]], nfft: usize, fps: u32) -> Result<LiveReport, St
     let sets = src.rows.iter().map(|r| r.len()).min().unwrap_or(0);
     if sets * layout.spf < segment {
         return Err(format!(
-            "{} frames per thread hold fewer samples than one FFT of {segment}: too small a share of the second for nfft {nfft}",
-            sets
+            "{sets} frames per thread hold fewer samples than one FFT of {segment}: give a larger live_fraction (--live-fraction) or a smaller live_nfft (--live-nfft)"
         ));
     }
     let acc = spectra_of(&src, &h, nfft, 0, None).map_err(|e| e.to_string())?;

@@ -351,7 +351,7 @@ impl RingView {
             .write_seq()
             .saturating_sub(self.first + self.ring.nslots());
         Err(StaleViewError::new_err(format!(
-            "{what}: the view of frames {}..{} is stale: the capture overwrote {stale} of its {} frames (it fell {behind} frames behind a ring of {} frames) while it was in use. Views yield to the recording: take a fresh view of fewer frames (a fraction of a second) and use it at once, or view(n, hold=True) to keep the frames at the cost of ring overflows",
+            "{what}: the view of frames {}..{} is stale: the capture has taken back {stale} of its {} frames (overwritten, or being written; it fell {behind} frames behind a ring of {} frames) while it was in use. Views yield to the recording: take a fresh view of fewer frames (a fraction of a second) and use it at once, or view(n, hold=True) to keep the frames at the cost of ring overflows",
             self.first,
             self.first + self.count,
             self.count,

@@ -234,6 +234,9 @@ struct ThreadState {
 pub struct Accounting {
     fps_given: Option<u32>,
     fps_learned: u32,
+    /// A thread has gone on into a later second: the frame numbers have wrapped, so the
+    /// highest seen is the rate (until then it is a running estimate from below).
+    fps_settled: bool,
     gap_policy: GapPolicy,
     /// Seconds of plain gap tolerated by GapPolicy::WallClock beyond the silent time.
     wall_tolerance: f64,
@@ -259,6 +262,7 @@ impl Accounting {
         Accounting {
             fps_given: fps.filter(|f| *f > 0),
             fps_learned: 0,
+            fps_settled: false,
             gap_policy,
             wall_tolerance: 2.0,
             index: Vec::new(),
@@ -277,6 +281,13 @@ impl Accounting {
     /// Frames per second in use: given, or learned (0 until a frame has been seen).
     pub fn frames_per_second(&self) -> u32 {
         self.fps_given.unwrap_or(self.fps_learned)
+    }
+
+    /// The frame rate once it is known for sure: given, or learned from a wrap (None while
+    /// the highest frame number seen is only a lower bound).
+    pub fn frames_per_second_known(&self) -> Option<u32> {
+        self.fps_given
+            .or((self.fps_settled && self.fps_learned > 0).then_some(self.fps_learned))
     }
 
     pub fn fps_is_given(&self) -> bool {
@@ -463,6 +474,9 @@ impl Accounting {
             self.fps_learned = fnr + 1;
         }
         let (hs, hf) = self.threads[ti].highest.expect("thread has started");
+        if second > hs {
+            self.fps_settled = true;
+        }
         // Open the slots up to this second (any in between stay empty: all lost).
         let newest_open = self.threads[ti].slots.back().map(|s| s.second);
         if newest_open.is_none_or(|n| second > n) {

@@ -299,6 +299,19 @@ fn live(o: &RecorderOptions) -> Result<Option<LiveConfig>, ArgError> {
         f => f,
     };
     let on = o.live.unwrap_or(o.status_listen.is_some());
+    if !on {
+        let default = RecorderOptions::default().live_nfft;
+        let given = [
+            ("live_fraction", fraction.is_some()),
+            ("live_nfft", o.live_nfft != default),
+        ];
+        if let Some((name, _)) = given.iter().find(|(_, g)| *g) {
+            return Err(ArgError::new(
+                name,
+                "the live monitor is off (it runs with status_listen, or live=True; live=False turns it off): give status_listen or live=True, or leave it out",
+            ));
+        }
+    }
     Ok(on.then_some(LiveConfig { fraction, nfft }))
 }
 

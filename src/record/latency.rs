@@ -6,9 +6,10 @@
 //!   stamps) → `recvmmsg` returned it to the capture thread: time queued in the socket;
 //! - `capture`: returned → published to the ring (classified and counted);
 //! - `write`: published → the write call holding the frame returned;
-//! - `durable`: written → on the device (buffered writes: the `sync_file_range` wait or the
-//!   closing `fdatasync` of that range; O_DIRECT writes are on the device when they return,
-//!   so they have no separate stage);
+//! - `durable`: written → written back (buffered writes: the range's `sync_file_range` wait,
+//!   which the writer makes when it writes the next range, or the closing `fdatasync`; so it
+//!   includes the time to the next write. O_DIRECT writes bypass the page cache and have no
+//!   separate stage);
 //! - `off`: the kernel's receive stamp − the frame's own VDIF time (the operator's "off"
 //!   column: a sender's clock or a network path, not vdifrec).
 //!
@@ -26,7 +27,8 @@ use std::sync::{Mutex, OnceLock};
 pub const SAMPLE_EVERY: u64 = 64;
 /// The stages, in the order a frame passes them (`off` last: it is no stage of vdifrec's).
 pub const STAGES: [&str; 5] = ["kernel", "capture", "write", "durable", "off"];
-/// Buckets per decade, and the smallest bucket's upper edge (seconds): 100 ns .. 10^4 s.
+/// Buckets per decade, and the smallest bucket's upper edge (seconds): 100 ns up to
+/// 10^3.75 s (1.6 hours), then +Inf.
 const PER_DECADE: i32 = 4;
 const FIRST_EDGE_LOG10: i32 = -7;
 const BUCKETS: usize = 45;
@@ -206,11 +208,22 @@ pub struct Trace {
     pub durable: Option<i64>,
 }
 
-/// The receive-side stamps of sampled frames still in the ring, for the writer.
+/// The receive-side stamps of sampled frames still in the ring, for the writer. An entry is
+/// reused a ring's length later: `seq` says which frame's stamps it holds now, so a reader
+/// that comes late (a range released before its durable stamp) never mixes two frames.
 struct Stamps {
+    seq: Box<[AtomicU64]>,
     kernel: Box<[AtomicU64]>,
     returned: Box<[AtomicU64]>,
     published: Box<[AtomicU64]>,
+}
+
+impl Stamps {
+    /// Entry `i` holds frame `seq`'s stamps (read it before and after reading them).
+    fn holds(&self, i: usize, seq: u64) -> bool {
+        std::sync::atomic::fence(Ordering::Acquire);
+        self.seq[i].load(Ordering::Acquire) == seq + 1
+    }
 }
 
 /// A stream's latency stamps: the histograms, the sampled frames' stamps while their frames
@@ -239,6 +252,7 @@ impl Latency {
         let n = (nslots / SAMPLE_EVERY + 2) as usize;
         let table = || (0..n).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>();
         let _ = self.stamps.set(Stamps {
+            seq: table(),
             kernel: table(),
             returned: table(),
             published: table(),
@@ -271,6 +285,8 @@ impl Latency {
         t.kernel[i].store(kernel as u64, Ordering::Relaxed);
         t.returned[i].store(returned as u64, Ordering::Relaxed);
         t.published[i].store(published as u64, Ordering::Relaxed);
+        // Last, with Release: a reader that sees this frame's mark sees the stamps above.
+        t.seq[i].store(seq + 1, Ordering::Release);
         if kernel != returned {
             self.stages[0].add(returned - kernel);
         }
@@ -286,10 +302,15 @@ impl Latency {
         let Some(t) = self.stamps.get() else { return };
         let mut seq = first.next_multiple_of(SAMPLE_EVERY);
         while seq < end {
-            let published = t.published[Latency::index(t, seq)].load(Ordering::Relaxed) as i64;
-            self.stages[2].add(written - published);
-            if durable {
-                self.trace(t, seq, written, None);
+            let i = Latency::index(t, seq);
+            // The writer holds these frames: their entries cannot be reused meanwhile, and
+            // publishing ordered their stamps before them.
+            if t.holds(i, seq) {
+                let published = t.published[i].load(Ordering::Relaxed) as i64;
+                self.stages[2].add(written - published);
+                if durable {
+                    self.trace(t, seq, written, None);
+                }
             }
             seq += SAMPLE_EVERY;
         }
@@ -308,6 +329,10 @@ impl Latency {
 
     fn trace(&self, t: &Stamps, seq: u64, written: i64, durable: Option<i64>) {
         let i = Latency::index(t, seq);
+        if !t.holds(i, seq) {
+            // Reused for a later frame: this one's receive stamps are gone.
+            return;
+        }
         let trace = Trace {
             seq,
             kernel: t.kernel[i].load(Ordering::Relaxed) as i64,
@@ -316,6 +341,10 @@ impl Latency {
             written,
             durable,
         };
+        if !t.holds(i, seq) {
+            // Reused while it was read.
+            return;
+        }
         let mut v = self.traces.lock().unwrap();
         if v.len() == TRACES {
             v.pop_front();

@@ -58,7 +58,7 @@ pub struct LiveBits {
 pub struct LiveTone {
     pub thread: u32,
     pub channel: u32,
-    /// Hz from the band's lower edge (spectral channels when the sample rate is unknown).
+    /// Hz from the band's lower edge.
     pub frequency: f64,
     /// Peak power over the median (the noise floor).
     pub power_ratio: f64,
@@ -81,7 +81,11 @@ pub struct LiveReport {
 /// The newest report with what it describes, as `/status` serves it.
 #[derive(Clone, Debug, Serialize)]
 pub struct LiveSnapshot {
-    /// The VDIF second of the view's first frame: epoch, seconds since it, and UTC.
+    /// The stream (port) looked at: the recording's first.
+    pub stream: u16,
+    /// The VDIF second of the view's first frame (the newest complete second, whose last
+    /// frames the view holds, unless it has left the newer half of the ring): epoch, seconds
+    /// since it, and UTC.
     pub ref_epoch: u32,
     pub seconds: u32,
     pub vdif_second: String,
@@ -118,6 +122,9 @@ pub struct LiveState {
     last_skip: Mutex<Option<String>>,
     /// CPU the monitor thread has used, in nanoseconds (looks skipped included).
     cpu_ns: AtomicU64,
+    /// When the monitor last began a second (its own clock). A monitor starved of CPU cannot
+    /// count the seconds it misses itself: those since, beyond the one it is in, are skips too.
+    last_slot: Mutex<Option<Instant>>,
 }
 
 impl LiveState {
@@ -125,7 +132,7 @@ impl LiveState {
     pub fn snapshot(&self) -> Option<LiveSnapshot> {
         let mut s = self.snapshot.lock().unwrap().clone()?;
         s.computed = self.computed.load(Ordering::Acquire);
-        s.skips = self.skips.load(Ordering::Acquire);
+        s.skips = self.skips();
         s.last_skip = self.last_skip.lock().unwrap().clone();
         s.cpu_s = self.cpu_s();
         Some(s)
@@ -137,8 +144,15 @@ impl LiveState {
     pub fn computed(&self) -> u64 {
         self.computed.load(Ordering::Acquire)
     }
+    /// Seconds skipped: counted, and those a look still running (or a starved monitor) has
+    /// let pass beyond its own.
     pub fn skips(&self) -> u64 {
-        self.skips.load(Ordering::Acquire)
+        let pending = self
+            .last_slot
+            .lock()
+            .unwrap()
+            .map_or(0, |t| t.elapsed().as_secs().saturating_sub(1));
+        self.skips.load(Ordering::Acquire) + pending
     }
     fn skip(&self, n: u64, why: String) {
         self.skips.fetch_add(n, Ordering::AcqRel);
@@ -174,11 +188,12 @@ impl LiveMonitor {
 }
 
 impl Drop for LiveMonitor {
+    /// Tells the monitor to stop without waiting for it: a look at the lowest priority can
+    /// take long on a busy host, and stopping a recording must not wait for it (the thread
+    /// holds the ring and the shared state until its look ends, then goes).
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
+        drop(self.handle.take());
     }
 }
 
@@ -258,42 +273,55 @@ fn run(
         wall_per_frame: None,
         scale: 1.0,
     };
-    let mut next = Instant::now() + EVERY;
+    // One look per second of the monitor's own clock ("slot"); a look that runs over skips
+    // the slots it covered, and says so, rather than queue them.
+    let started = Instant::now();
+    let mut last_slot: Option<u64> = None;
     while !stop.load(Ordering::Acquire) {
         let now = Instant::now();
-        if now < next {
+        let slot = now.duration_since(started).as_secs();
+        if last_slot.is_some_and(|l| slot <= l) {
+            let next = started + EVERY * (slot as u32 + 1);
             std::thread::sleep((next - now).min(Duration::from_millis(50)));
             continue;
         }
-        // A look that ran over its second skips the seconds it covered, never queues them.
-        let late = (now - next).as_secs_f64() as u64;
-        if late > 0 {
+        if let Some(missed) = last_slot.map(|l| slot - l - 1).filter(|m| *m > 0) {
             state.skip(
-                late,
-                format!("the analysis took {late} s more than a second"),
+                missed,
+                format!("a look took longer than a second: {missed} s not looked at"),
             );
         }
-        next = now + EVERY;
+        last_slot = Some(slot);
+        *state.last_slot.lock().unwrap() = Some(started + EVERY * slot as u32);
         let Some(ring) = shared.ring() else { continue };
-        let received = shared.capture_stats().frames_received;
+        let capture = shared.capture_stats();
         let fps = match last {
-            Some((t, n)) => received.saturating_sub(n) as f64 / now.duration_since(t).as_secs_f64(),
+            Some((t, n)) => {
+                capture.frames_received.saturating_sub(n) as f64
+                    / now.duration_since(t).as_secs_f64()
+            }
             None => 0.0,
         };
-        last = Some((now, received));
-        if fps <= 0.0 {
-            continue;
-        }
-        // Frequencies need the frame rate (learned from the frame numbers' wrap within the
-        // first second or two): until then there is nothing to describe in Hz.
-        let per_thread_fps = shared.capture_stats().frames_per_second;
-        if per_thread_fps == 0 {
+        last = Some((now, capture.frames_received));
+        // Frequencies need the frame rate for sure (given, or learned from the frame
+        // numbers' wrap in the first second or two): until then there is nothing to describe.
+        if fps <= 0.0 || !capture.frames_per_second_known {
             continue;
         }
         let fraction = pace.fraction(&config, budget, fps);
         let want = ((fraction * fps).round() as u64).clamp(1, ring.nslots() / MOST_OF_RING);
+        let newest_complete = shared
+            .last_row_of(shared.port())
+            .map(|r| r.second.vdif_seconds);
         let cpu0 = crate::affinity::thread_cpu_seconds();
-        let (result, viewed) = look(&ring, want, config.nfft, per_thread_fps, analyser);
+        let (result, viewed) = look(
+            &ring,
+            want,
+            newest_complete,
+            config.nfft,
+            capture.frames_per_second,
+            analyser,
+        );
         let cpu = crate::affinity::thread_cpu_seconds();
         state.cpu_ns.store((cpu * 1e9) as u64, Ordering::Release);
         let lapped = matches!(&result, Err(Skip::Lapped(_)));
@@ -303,12 +331,58 @@ fn run(
         match result {
             Ok(mut s) => {
                 s.fraction = viewed as f64 / fps;
+                s.stream = shared.port();
                 state.computed.fetch_add(1, Ordering::AcqRel);
                 *state.snapshot.lock().unwrap() = Some(s);
             }
             Err(Skip::Lapped(why) | Skip::Failed(why)) => state.skip(1, why),
         }
     }
+    // Stopped: the seconds let pass since the last one begun are counted for good.
+    let pending = state.skips() - state.skips.load(Ordering::Acquire);
+    *state.last_slot.lock().unwrap() = None;
+    if pending > 0 {
+        state.skip(
+            pending,
+            format!("{pending} s not looked at before the recording stopped"),
+        );
+    }
+}
+
+/// The VDIF seconds field of frame `seq` (racy: a slot being rewritten reads as garbage,
+/// which only misplaces the view; the look's staleness check still guards its result).
+fn seconds_of(ring: &Ring, seq: u64) -> Option<u32> {
+    // SAFETY: a published frame's slot, read as plain bytes (see above).
+    let bytes = unsafe { ring.frames(seq, 1) };
+    crate::vdif::Header::parse_unchecked(bytes)
+        .ok()
+        .map(|h| h.seconds())
+}
+
+/// Where the view goes: the last `want` frames of VDIF second `second` (the newest complete
+/// one) when its end lies in the newer half of the ring, else the newest `want` frames.
+fn place(ring: &Ring, want: u64, second: Option<u32>) -> u64 {
+    let written = ring.write_seq();
+    let newest = written.saturating_sub(want);
+    let Some(second) = second else {
+        return newest;
+    };
+    // The first frame of a later second, searched for in the newer half of the ring.
+    let (mut lo, mut hi) = (written.saturating_sub(ring.nslots() / 2), written);
+    if lo >= hi || seconds_of(ring, lo).is_none_or(|s| s > second) {
+        return newest;
+    }
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        if seconds_of(ring, mid).is_some_and(|s| s > second) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    // `hi` is the end of the second (or the newest frame when nothing later has arrived).
+    hi.saturating_sub(want)
+        .max(written.saturating_sub(ring.nslots() / 2))
 }
 
 /// Why a look gave no result.
@@ -324,21 +398,30 @@ enum Skip {
 fn look(
     ring: &Ring,
     want: u64,
+    second: Option<u32>,
     nfft: usize,
     fps: u32,
     analyser: &Analyser,
 ) -> (Result<LiveSnapshot, Skip>, u64) {
-    let (first, count) = match ring.watch_latest(want) {
-        Ok((_, 0)) => return (Err(Skip::Failed("no frame in the ring yet".into())), 0),
-        Ok(v) => v,
-        Err(e) => return (Err(Skip::Failed(e.to_string())), 0),
-    };
+    let first = place(ring, want, second);
+    let count = (ring.write_seq() - first).min(want);
+    if count == 0 {
+        return (Err(Skip::Failed("no frame in the ring yet".into())), 0);
+    }
+    if let Err(e) = ring.watch(first, count) {
+        return (Err(Skip::Failed(e.to_string())), 0);
+    }
     // SAFETY: the frames were published when watched; the capture may overwrite them while
     // they are read (the result is then discarded below); the mapping lives as long as `ring`.
     let bytes = unsafe { ring.frames(first, count) };
     let frames: Vec<&[u8]> = bytes.chunks_exact(ring.frame_size()).collect();
     let header = crate::vdif::Header::parse_unchecked(frames[0]);
-    let report = analyser(&frames, nfft, fps);
+    // A panic in the analysis (frames torn by the capture, say) is a skipped look, not the
+    // end of the monitor.
+    let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        analyser(&frames, nfft, fps)
+    }))
+    .unwrap_or_else(|_| Err("the analysis failed on these frames".into()));
     let stale = ring.overwritten(first, count);
     if stale > 0 {
         let why = format!(
@@ -352,6 +435,7 @@ fn look(
         .map(|(header, report)| {
             let unix = crate::vdif::time::utc_unix(header.ref_epoch(), header.seconds());
             LiveSnapshot {
+                stream: 0,
                 ref_epoch: header.ref_epoch(),
                 seconds: header.seconds(),
                 vdif_second: crate::vdif::time::Utc::from_unix(unix).iso(),

@@ -479,11 +479,20 @@ impl Ring {
             })
             .ok_or(RingError::TooManyPins)?;
         self.pins_active.fetch_add(1, Ordering::SeqCst);
+        // Checked after the pin is stored (see `reserve`).
+        if let Err(e) = self.in_ring(first, n) {
+            self.unpin(idx);
+            return Err(e);
+        }
+        Ok(idx)
+    }
+
+    /// Frames `first..first + n` are published, and the capture is not (about to be) writing
+    /// their slots.
+    fn in_ring(&self, first: u64, n: u64) -> Result<(), RingError> {
         let reserved = self.reserved_seq.load(Ordering::SeqCst);
         let written = self.write_seq.load(Ordering::SeqCst);
-        // The frames must be published, and the capture must not (be about to) overwrite them.
-        if first + n > written || reserved > first + self.nslots {
-            self.unpin(idx);
+        if n > self.nslots || first + n > written || reserved > first + self.nslots {
             return Err(RingError::NotInRing {
                 first,
                 end: first + n,
@@ -493,7 +502,7 @@ impl Ring {
                 newest: written,
             });
         }
-        Ok(idx)
+        Ok(())
     }
 
     /// Refuses a view of more than half the ring: a view that large leaves the capture too
@@ -513,19 +522,7 @@ impl Ring {
     /// Checks that frames `first..first + n` are there to be viewed without pinning them
     /// (a view that yields to the capture): published, and not yet taken by the capture.
     pub fn watch(&self, first: u64, n: u64) -> Result<(), RingError> {
-        let written = self.write_seq.load(Ordering::SeqCst);
-        let reserved = self.reserved_seq.load(Ordering::SeqCst);
-        if n > self.nslots || first + n > written || reserved > first + self.nslots {
-            return Err(RingError::NotInRing {
-                first,
-                end: first + n,
-                oldest: reserved
-                    .saturating_sub(self.nslots)
-                    .max(written.saturating_sub(self.nslots)),
-                newest: written,
-            });
-        }
-        Ok(())
+        self.in_ring(first, n)
     }
 
     /// The newest `n` frames (all there are, when fewer have arrived), checked as `watch`
@@ -547,6 +544,8 @@ impl Ring {
     /// now (0 while they are pinned or not yet lapped). Read it after using the frames: a
     /// result of 0 then means every byte read was the frames'.
     pub fn overwritten(&self, first: u64, n: u64) -> u64 {
+        // The frames' bytes were read before: they must not be reordered past this check.
+        std::sync::atomic::fence(Ordering::Acquire);
         let reserved = self.reserved_seq.load(Ordering::SeqCst);
         reserved.saturating_sub(first + self.nslots).min(n)
     }

@@ -343,6 +343,17 @@ impl Shared {
     pub fn rows(&self) -> Vec<RecordRow> {
         self.common.rows.lock().unwrap().clone()
     }
+    /// The newest `n` rows (all streams'), copied under the lock the capture takes to add
+    /// rows: only the tail, never the whole recording's.
+    pub fn last_rows(&self, n: usize) -> Vec<RecordRow> {
+        let rows = self.common.rows.lock().unwrap();
+        rows[rows.len().saturating_sub(n)..].to_vec()
+    }
+    /// The newest completed second of stream `port`, if any.
+    pub fn last_row_of(&self, port: u16) -> Option<RecordRow> {
+        let rows = self.common.rows.lock().unwrap();
+        rows.iter().rev().find(|r| r.stream == port).cloned()
+    }
     /// The newest completed second, if any.
     pub fn last_row(&self) -> Option<RecordRow> {
         self.common.rows.lock().unwrap().last().cloned()

@@ -33,6 +33,10 @@ pub struct CaptureStats {
     /// The stream's accounting: lost, out of order, duplicates, invalid ...
     pub totals: Totals,
     pub frames_per_second: u32,
+    /// Whether `frames_per_second` is known for sure (given, or learned from a wrap), not a
+    /// running estimate: what frequencies and VDIF times are computed from.
+    #[serde(skip)]
+    pub frames_per_second_known: bool,
     /// 0 until the frame size is known.
     pub frame_size: usize,
     pub latest_frame: Option<FrameTime>,

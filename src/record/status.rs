@@ -268,9 +268,8 @@ fn latency_of(streams: &[Arc<Shared>]) -> Option<crate::record::latency::Latency
 
 /// The JSON document of `GET /history`: the newest per-second rows (all streams').
 pub fn history_json(streams: &[Arc<Shared>]) -> String {
-    let rows = streams[0].rows();
-    let from = rows.len().saturating_sub(HISTORY_ROWS * streams.len());
-    serde_json::to_string(&rows[from..]).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    let rows = streams[0].last_rows(HISTORY_ROWS * streams.len());
+    serde_json::to_string(&rows).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
 /// Samples with owned labels as `metric` takes them.

@@ -317,7 +317,7 @@ impl Capture {
         n
     }
 
-    /// Latency stamps: the sampled frames just published.
+    /// Latency stamps: the sampled frames about to be published.
     fn stamp_published(&mut self) {
         if self.sampled.is_empty() {
             return;
@@ -369,7 +369,7 @@ impl Capture {
         }
         self.scratch.resize(BATCH * f.frame_size, 0);
         self.format = Some(f);
-        let r = self.ring.as_ref().expect("installed");
+        let r = self.ring.clone().expect("installed");
         // SAFETY: slot 0 is free (nothing published yet) and frame_len == frame_size.
         unsafe {
             std::ptr::copy_nonoverlapping(self.learn_buf.as_ptr(), r.slot_ptr(0), frame_len);
@@ -380,18 +380,13 @@ impl Capture {
             r.set_tag(0, sender_tag(&mut self.senders, &self.shared, info.sender));
         }
         if self.stamps_on {
-            sample(
-                &mut self.sampled,
-                self.acc.frames_per_second(),
-                0,
-                &info,
-                &h,
-            );
+            let fps = self.acc.frames_per_second_known();
+            sample(&mut self.sampled, fps, 0, &info, &h);
         }
         self.seq = 1;
         self.c.stats.frames_received = 1;
-        r.publish(self.seq);
         self.stamp_published();
+        r.publish(self.seq);
         1
     }
 
@@ -429,7 +424,7 @@ impl Capture {
                 }
                 self.acc.frame(&h, Fate::Buffered);
                 if self.stamps_on {
-                    let fps = self.acc.frames_per_second();
+                    let fps = self.acc.frames_per_second_known();
                     sample(&mut self.sampled, fps, self.seq + accepted as u64, info, &h);
                 }
                 if self.setup.tag_senders {
@@ -448,8 +443,10 @@ impl Capture {
         if accepted > 0 {
             self.seq += accepted as u64;
             self.c.stats.frames_received = self.seq;
-            self.ring.as_ref().expect("ring").publish(self.seq);
+            // Stamped just before publishing: the writer may take the frames the moment they
+            // are published, and must find their stamps (publish's Release store orders them).
             self.stamp_published();
+            self.ring.as_ref().expect("ring").publish(self.seq);
         }
         emit_rows(
             &self.shared,
@@ -504,7 +501,7 @@ fn sender_tag(seen: &mut Vec<(u64, u16)>, shared: &Shared, key: u64) -> u16 {
 #[inline]
 fn sample(
     sampled: &mut Vec<(u64, i64, Option<i64>)>,
-    fps: u32,
+    fps: Option<u32>,
     seq: u64,
     info: &DatagramInfo,
     h: &crate::vdif::Header,
@@ -512,7 +509,9 @@ fn sample(
     if seq % latency::SAMPLE_EVERY != 0 {
         return;
     }
-    let vdif = (fps > 0).then(|| {
+    // A frame's VDIF time needs the frame rate for sure (a running estimate would put frames
+    // up to a second early): until it is known, the `off` stage is not stamped.
+    let vdif = fps.filter(|f| *f > 0).map(|fps| {
         crate::vdif::time::utc_unix(h.ref_epoch(), h.seconds()) * 1_000_000_000
             + i64::from(h.frame_nr()) * 1_000_000_000 / i64::from(fps)
     });
@@ -592,6 +591,7 @@ fn publish(shared: &Shared, c: &mut Counters, acc: &Accounting, now: Instant, ri
     c.stats.capture_cpu_s = crate::affinity::thread_cpu_seconds() - c.stats.capture_setup_cpu_s;
     c.stats.totals = acc.totals();
     c.stats.frames_per_second = acc.frames_per_second();
+    c.stats.frames_per_second_known = acc.frames_per_second_known().is_some();
     c.stats.frame_size = ring.map_or(0, |r| r.frame_size());
     c.stats.seconds_since_datagram = c.last_datagram.map(|t| now.duration_since(t).as_secs_f64());
     shared.publish_capture(&c.stats);
