@@ -489,7 +489,10 @@ def test_auto_on_loopback_settles_on_few_streams(tmp_path: Path, token: Path, re
     # at each end: more help up to about the cores there are), and the reason says what was
     # measured.
     assert item["streams"] <= max(4, (os.cpu_count() or 2) // 2), item
-    assert item["streams_reason"].startswith(f"streams {item['streams']}: ") and "CPU" in item["streams_reason"], item
+    reason = item["streams_reason"]
+    # What stopped it is the host: its CPU, or the kernel work a further stream cost per byte.
+    assert reason.startswith(f"streams {item['streams']}: ") and "max_streams" not in reason, item
+    assert "CPU" in reason or "interrupts and context switches per byte" in reason, item
 
 
 def test_the_rate_cap_holds(tmp_path: Path, token: Path, receiver: Any) -> None:
