@@ -263,11 +263,6 @@ impl Latency {
         (seq / SAMPLE_EVERY) as usize % table.kernel.len()
     }
 
-    pub fn stage(&self, name: &str) -> &Histogram {
-        let i = STAGES.iter().position(|s| *s == name).expect("a stage");
-        &self.stages[i]
-    }
-
     /// The capture stamps sampled frame `seq`: its kernel stamp (0: none), when `recvmmsg`
     /// returned it, when it was published, and its VDIF time (None: not yet known).
     pub fn received(

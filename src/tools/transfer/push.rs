@@ -222,7 +222,9 @@ pub struct ItemSummary {
     /// there), `refused`, `failed`, `interrupted` (resumable).
     pub state: &'static str,
     pub bytes: u64,
-    /// Block bytes sent this time (re-sent blocks counted again).
+    /// Bytes of the blocks handed whole to a connection this time (re-sent blocks counted
+    /// again; a block whose connection was cut while it was being written counts when it is
+    /// sent whole).
     pub bytes_sent: u64,
     pub seconds: f64,
     /// Bits per second of the bytes sent.
