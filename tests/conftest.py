@@ -82,11 +82,13 @@ class Delivery:
 
 
 def delivered(address: tuple[str, int], sent: int, taken: Callable[[], int] | None = None,
-              timeout: float = 20.0) -> Delivery:
+              timeout: float = 20.0, drops_before: int = 0) -> Delivery:
     """Call once `sent` datagrams have been sent to the recorder listening at `address`: waits
     (bounded) until each was taken by the recorder or dropped by the kernel, and says how many
     the kernel dropped. `taken` gives the recorder's count of datagrams, where the test can ask
-    (else an empty queue tells that the recorder has read the rest).
+    (else an empty queue tells that the recorder has read the rest). The kernel counts drops
+    per socket: for a socket that has had datagrams before, `drops_before` is its count then
+    (the `kernel_drops` of the last Delivery), and the drops of these `sent` are returned.
 
     The kernel tells a receiver of its drops only with the next datagram it queues (SO_RXQ_OVFL),
     so drops at the very end of a stream would go unreported, where a real stream goes on and
@@ -109,19 +111,19 @@ def delivered(address: tuple[str, int], sent: int, taken: Callable[[], int] | No
             queued, drops = now = state()
             if now != last:
                 calm_since, last = time.monotonic(), now
-            if queued == 0 and (taken() + drops >= n if taken else time.monotonic() - calm_since >= 0.1):
+            if queued == 0 and (taken() + drops - drops_before >= n if taken else time.monotonic() - calm_since >= 0.1):
                 return
             time.sleep(0.01)
 
     wait(sent)
     flushes = 0
-    if state()[1]:
+    if state()[1] > drops_before:
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         with socket.socket(family, socket.SOCK_DGRAM) as s:
             s.sendto(b"", address)
         flushes = 1
         wait(sent + 1)
-    return Delivery(state()[1], flushes)
+    return Delivery(state()[1] - drops_before, flushes)
 
 
 def disk_fill(path: str | Path) -> float:

@@ -22,7 +22,7 @@ import pytest
 
 import netns
 import vdifrec
-from conftest import free_udp_port
+from conftest import free_udp_port, udp_socket
 
 FS = 8224
 START = dict(ref_epoch=53, start_second=6000)
@@ -62,8 +62,15 @@ def record_through_standin(standin: Path, tmp_path: Path, monkeypatch: pytest.Mo
     deadline = time.monotonic() + 20
     while rec.stats().frames_received < sent["frames_sent"] and time.monotonic() < deadline:
         time.sleep(0.02)
+    feed_socket = udp_socket(feed)
     s = rec.stop()
     assert sent["frames_sent"] == 3990
+    # The stand-in's UDP socket plays PF_RING's ring: where it may not grow (no CAP_NET_ADMIN,
+    # a small net.core.rmem_max) the kernel drops datagrams before they reach "PF_RING", which no
+    # real PF_RING ring would, and the exact counts below are not the binding's to keep.
+    if feed_socket is not None and feed_socket[1] > 0:
+        pytest.skip(f"the PF_RING stand-in's socket dropped {feed_socket[1]} datagrams (socket buffer too "
+                    "small: run as root, or raise net.core.rmem_max to 64 MiB)")
     return s, notes, log.read_text().split("\n"), out.read_bytes(), sent_file.read_bytes()
 
 

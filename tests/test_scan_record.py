@@ -14,6 +14,7 @@ import re
 import struct
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -320,13 +321,29 @@ def test_a_file_scan_rotates_by_size_and_reads_back_whole(tmp_path: Path) -> Non
     sizes = [parts[k].stat().st_size for k in sorted(parts)]
     assert all(x <= 3 << 20 and x % FS == 0 for x in sizes) and sum(sizes) == s.bytes_written
     data = b"".join(parts[k].read_bytes() for k in sorted(parts))
-    assert len(left_out(frames_of(sent_file), frames_of(data))) == d.kernel_drops
+    sent_frames = frames_of(sent_file)
+    missing = left_out(sent_frames, frames_of(data))
+    assert len(missing) == d.kernel_drops
     whole = tmp_path / "whole.vdif"
     whole.write_bytes(data)
     with open(whole, "rb") as f:
         spf = vdif.VDIFHeader.fromfile(f).samples_per_frame
-    with vdif.open(str(whole), "rs", sample_rate=FPS * spf * u.Hz) as bb:
-        want = bb.read()
+    with warnings.catch_warnings():
+        # Where the kernel dropped frames (a small socket buffer), baseband warns of each frame
+        # set missing and gives it as invalid samples.
+        if d.kernel_drops:
+            warnings.filterwarnings("ignore", "problem loading frame set", UserWarning)
+        with vdif.open(str(whole), "rs", sample_rate=FPS * spf * u.Hz) as bb:
+            want = bb.read()
+    if missing:
+        # vdifrec reads the frames recorded one after the other; baseband gives each frame the
+        # kernel dropped as invalid samples in its place: those come out to compare.
+        first = min(set(range(len(sent_frames))) - set(missing))
+        keep = np.ones(len(want), bool)
+        for j in missing:
+            if j > first:
+                keep[(j - first) * spf:(j - first + 1) * spf] = False
+        want = want[keep]
     with vdifrec.open("kvn_scan1", disks=[str(ds[0])], sample_rate=FPS * spf) as fh:
         assert len(fh.frames) == len(parts)
         np.testing.assert_array_equal(fh.read(), want)
@@ -498,7 +515,8 @@ def test_split_by_sender_writes_one_exact_scan_per_sender(tmp_path: Path) -> Non
     # One sender after the other: the first to arrive is data stream 0.
     for k in range(2):
         sent = vdifrec.send(rec.address, frames=4000 + 1000 * k, fps=FPS, record_sent=tmp_path / f"s{k}.vdif", **START)
-        drops += delivered(rec.address, sent["frames_sent"]).kernel_drops
+        # The socket's drops so far, both senders' (the kernel counts them per socket).
+        drops = delivered(rec.address, sent["frames_sent"]).kernel_drops
     s = rec.stop_scan()
     rec.stop()
     lost = 0
