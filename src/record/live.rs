@@ -147,12 +147,14 @@ impl LiveState {
     /// Seconds skipped: counted, and those a look still running (or a starved monitor) has
     /// let pass beyond its own.
     pub fn skips(&self) -> u64 {
-        let pending = self
-            .last_slot
+        self.skips.load(Ordering::Acquire) + self.pending_skips()
+    }
+    /// Seconds let pass since the monitor last began one, beyond that one.
+    fn pending_skips(&self) -> u64 {
+        self.last_slot
             .lock()
             .unwrap()
-            .map_or(0, |t| t.elapsed().as_secs().saturating_sub(1));
-        self.skips.load(Ordering::Acquire) + pending
+            .map_or(0, |t| t.elapsed().as_secs().saturating_sub(1))
     }
     fn skip(&self, n: u64, why: String) {
         self.skips.fetch_add(n, Ordering::AcqRel);
@@ -339,7 +341,7 @@ fn run(
         }
     }
     // Stopped: the seconds let pass since the last one begun are counted for good.
-    let pending = state.skips() - state.skips.load(Ordering::Acquire);
+    let pending = state.pending_skips();
     *state.last_slot.lock().unwrap() = None;
     if pending > 0 {
         state.skip(
@@ -368,7 +370,8 @@ fn place(ring: &Ring, want: u64, second: Option<u32>) -> u64 {
         return newest;
     };
     // The first frame of a later second, searched for in the newer half of the ring.
-    let (mut lo, mut hi) = (written.saturating_sub(ring.nslots() / 2), written);
+    let newer_half = written.saturating_sub(ring.nslots() / 2);
+    let (mut lo, mut hi) = (newer_half, written);
     if lo >= hi || seconds_of(ring, lo).is_none_or(|s| s > second) {
         return newest;
     }
@@ -381,8 +384,7 @@ fn place(ring: &Ring, want: u64, second: Option<u32>) -> u64 {
         }
     }
     // `hi` is the end of the second (or the newest frame when nothing later has arrived).
-    hi.saturating_sub(want)
-        .max(written.saturating_sub(ring.nslots() / 2))
+    hi.saturating_sub(want).max(newer_half)
 }
 
 /// Why a look gave no result.
