@@ -262,6 +262,9 @@ def python_graph(package: Path) -> Graph:
                 mod = ".".join(base + ([node.module] if node.module else []))
                 targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod for a in node.names]
             for t in targets:
+                if isinstance(node, ast.ImportFrom) and node.level and t not in modules:
+                    # A relative import names a module of the package, which must exist.
+                    raise ImportError(f"{f}:{node.lineno}: imports {t}, which is no module of the package")
                 while t and t not in modules:
                     t = t.rpartition(".")[0]
                 if t and t != name:

@@ -25,16 +25,16 @@ from ._core import (
     SenderError,
     StaleViewError,
 )
-from .files import check, generate
+from .analysis import BitStats, Fringe, Spectrum, Tone, bstate, check, find_tones, fringe, spectrum
+from .live import LiveLook
 from .reader import Reader, decode, open
-from .quality import BitStats, Fringe, Spectrum, Tone, bstate, find_tones, fringe, spectrum
-from ._live import LiveLook
-from ._views import RingFrames
-from .recorder import Recorder, Sender, send
+from .recorder import Recorder
 from .remote import RemoteStatus, RemoteStatuses
 from .reports import DiskRecord, FileRecord, ScanSummary, SecondRow, Stats, Summary, ThreadSecond
 from .scans import gather, scans
+from .sources import Sender, generate, send
 from .transfer import PushProgress, Receiver, TransferError, push
+from .views import RingFrames
 from .vsi import VSIClient, VSIError
 
 __version__: str = _core.__version__

@@ -12,8 +12,8 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from ._units import to_hz
-from ._views import checks_views
+from .units import to_hz
+from .views import checks_views
 from .scans import Disks, expand_disks
 
 __all__ = ["FrameSets", "Reader", "open", "decode"]

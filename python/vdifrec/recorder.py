@@ -1,4 +1,4 @@
-"""Recording and sending from Python: ``Recorder`` (the engine) and ``Sender`` (a test source)."""
+"""Recording from Python: ``Recorder``, the engine that receives, counts and writes a stream."""
 
 from __future__ import annotations
 
@@ -8,24 +8,21 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from . import _core
-from ._units import plain_options
-from ._live import LiveLook
-from ._views import RingFrames, frames_of
+from .live import LiveLook
 from .reports import ScanSummary, SecondRow, Stats, Summary
+from .units import plain_options
+from .views import RingFrames, frames_of
 
 if TYPE_CHECKING:
     # typing.Unpack is 3.11+; the checker's own typing_extensions has it for 3.10 (never imported at run time).
     from typing_extensions import Unpack
 
-    from ._core import RecorderOptions, SenderOptions
+    from ._core import RecorderOptions
 
-__all__ = ["Recorder", "Sender", "send"]
+__all__ = ["Recorder"]
 
 # How long one blocking call into the engine waits before Python looks at signals again.
 _SLICE = 0.1
@@ -392,57 +389,3 @@ class Recorder:
                 return s
             left = _SLICE if deadline is None else max(0.0, min(_SLICE, deadline - time.monotonic()))
             time.sleep(left)
-
-
-class Sender:
-    """A FILA10G-like VDIF source sending to ``to`` (``"host:port"``), paced to ``fps`` × threads.
-
-    Takes the options of ``vdifrec send`` and the signal settings of ``generate``; the defaults
-    are ``vdifrec.defaults["sender"]`` and ``["signal"]``; a bad option raises
-    ``vdifrec.ArgumentError`` naming it.
-
-    Runs in its own thread from construction; ``wait()`` or ``stop()`` returns its summary
-    (a dict: frames_sent, bytes_sent, frames_dropped, frames_reordered, garbage_sent, refused,
-    gbps, ...). ``drop`` takes ``"S:A-B,every:N"``; ``reorder=N`` swaps every N-th frame with the
-    next; ``garbage=N`` sends N stray datagrams; ``record_sent`` writes the frames sent.
-    """
-
-    def __init__(self, to: str | tuple[str, int], **options: Any) -> None:
-        if isinstance(to, tuple):
-            host, port = to
-            to = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        signal_names = _core.defaults()["signal"]
-        signal = {k: options.pop(k) for k in list(options) if k in signal_names}
-        # The engine checks every name and value (ArgumentError names a bad one).
-        self._core = _core.Sender(plain_options(cast("SenderOptions", {"to": to, **options, "signal": signal})))
-
-    def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
-        """Waits for the end (at most ``timeout`` seconds); the summary, or None if still sending."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = _SLICE if deadline is None else max(0.0, min(_SLICE, deadline - time.monotonic()))
-            text = self._core.wait(left)
-            if text is not None:
-                result: dict[str, Any] = json.loads(text)
-                return result
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
-
-    def stop(self) -> dict[str, Any]:
-        result: dict[str, Any] = json.loads(self._core.stop())
-        return result
-
-    @property
-    def finished(self) -> bool:
-        return bool(self._core.finished())
-
-
-def send(to: str | tuple[str, int], **options: Any) -> dict[str, Any]:
-    """Sends and waits for the end; returns the sender's summary. See :class:`Sender`."""
-    s = Sender(to, **options)
-    try:
-        while (result := s.wait(_SLICE)) is None:
-            pass
-    except KeyboardInterrupt:
-        result = s.stop()
-    return result

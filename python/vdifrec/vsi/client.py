@@ -11,7 +11,8 @@ class VSIError(ConnectionError):
     """The control port could not be reached, or it closed or did not answer."""
 
 
-def _address(where: str | tuple[str, int], default_port: int = 2620) -> tuple[str, int]:
+def host_and_port(where: str | tuple[str, int], default_port: int = 2620) -> tuple[str, int]:
+    """`HOST:PORT`, `:PORT` (this host) or `HOST` alone (the default port) as (host, port)."""
     if isinstance(where, tuple):
         return where
     host, sep, port = where.rpartition(":")
@@ -33,7 +34,7 @@ class VSIClient:
     """
 
     def __init__(self, address: str | tuple[str, int] = "127.0.0.1:2620", timeout: float = 30.0) -> None:
-        self.address = _address(address)
+        self.address = host_and_port(address)
         self.timeout = timeout
         where = f"{self.address[0]}:{self.address[1]}"
         try:

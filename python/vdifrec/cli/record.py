@@ -10,11 +10,17 @@ import tempfile
 import time
 from typing import Any
 
-from . import _core
-from ._cli_args import (
+from .. import _core
+from ..analysis import check
+from ..recorder import Recorder
+from ..reports import Summary
+from ..sources import Sender
+from .args import (
     DEFAULTS,
     OptionError,
     UsageError,
+    add_capture_arguments,
+    add_scan_arguments,
     add_signal_arguments,
     default,
     given,
@@ -27,12 +33,8 @@ from ._cli_args import (
     sigterm_as_interrupt,
     size,
 )
-from .recorder import Recorder, Sender
-from .reports import Summary
-from .table import HEADER, STREAMS_HEADER, print_summary, row_line
+from .reports import HEADER, HEADER_EVERY, STREAMS_HEADER, print_check_report, print_summary, row_line
 
-# How often the header line is repeated in a long table.
-HEADER_EVERY = 40
 # Seconds without a datagram before the operator is told.
 IDLE_WARNING_S = 5.0
 
@@ -66,52 +68,6 @@ def add_record(sub: Any) -> None:
     p.add_argument("--stop", help="the scan holds frames before this VDIF time; the recording ends when it has passed")
     p.add_argument("--quiet", action="store_true", help="no per-second table")
     p.set_defaults(func=run_record)
-
-
-def add_capture_arguments(p: Any, port_required: bool) -> None:
-    """How the stream is received: the options `record` and `serve` share (each flag's dest is
-    the engine's name for the option, so errors map back to the flag)."""
-    port_help = "UDP port (0: any free port); several streams: 46227,46228, each may carry its address: 46227@10.0.1.1"
-    if not port_required:
-        port_help += " (optional: net_port= binds one)"
-    p.add_argument("--port", required=port_required, help=port_help)
-    p.add_argument("--bind", help=f"address to listen on (default {default('recorder', 'bind')}; 0.0.0.0 or the interface address to hear the network)")
-    p.add_argument("--multicast", help="multicast group to join")
-    p.add_argument("--ring", type=size, help=f"ring buffer size (default {default('recorder', 'ring')})")
-    p.add_argument("--frame-size", type=integer, help="bytes per frame incl. header (default: learned from the first frame)")
-    p.add_argument("--offset", type=integer, help="bytes to strip before each frame (8 for a PSN; default 0)")
-    p.add_argument("--psn", action="store_true", default=None, help="count gaps in the 8-byte packet sequence numbers (with --offset 8)")
-    p.add_argument("--fps", type=integer, help="frames per second per thread (default: learned)")
-    p.add_argument("--capture-cpu", type=integer, help="pin the capture thread to this CPU")
-    p.add_argument("--writer-cpu", type=integer, help="pin the writer thread to this CPU")
-    p.add_argument("--no-direct", dest="direct", action="store_false", default=None, help="buffered writes instead of O_DIRECT")
-    p.add_argument("--rcvbuf", type=size, help=f"socket receive buffer to ask for (default {default('recorder', 'rcvbuf')})")
-    p.add_argument("--backend", help="capture backend: udp (default, no privileges), afpacket (TPACKET_V3 on --interface, CAP_NET_RAW), pfring (PF_RING on --interface)")
-    p.add_argument("--interface", help="network interface for the afpacket and pfring backends")
-    p.add_argument("--pfring-library", type=path, help="path of libpfring.so (default: the system's)")
-    p.add_argument("--status-listen", help="serve the control-room page (GET /), /status (JSON), /history and /metrics (Prometheus) at HOST:PORT (PORT alone: localhost)")
-    p.add_argument("--no-live", dest="live", action="store_false", default=None, help="no live quality monitor (on with --status-listen: spectra, bit statistics, tones of part of each second)")
-    p.add_argument("--live-fraction", type=number, help="share of each second the live monitor analyses, in (0, 1], at most 1/8 of the ring (default: it paces itself from 1/16 by the CPU it may use)")
-    p.add_argument("--live-nfft", type=integer, help=f"spectral channels of the live spectra (default {default('recorder', 'live_nfft')})")
-    p.add_argument("--latency", action="store_true", default=None, help="per-stage latency stamps (kernel → capture → ring → write → disk, and VDIF time vs arrival); the table at the end")
-
-
-def add_scan_arguments(p: Any, disks_required: bool = False) -> None:
-    """Where and how scans are written: the options `record` and `serve` share."""
-    p.add_argument("--disk", dest="disks", action="append", required=disks_required, help="record scans to this directory, one per disk (repeat, or a glob such as '/mnt/disk*')")
-    p.add_argument("--format", help="scan layout: file (one disk), vbs (FlexBuff chunks; the default with several disks), mk6 (Mark6 scatter-gather)")
-    p.add_argument("--chunk-size", type=size, help="vbs chunk or mk6 block size (default 256MiB and 8MiB), rounded to whole runs of 128 frames")
-    p.add_argument("--writers", type=integer, help="scan writer threads (default: one per 5 Gbit/s plus one, at most one per disk)")
-    p.add_argument("--split", help="write one scan per VDIF thread, station or sender, named SCAN_ds<key> (thread, station or sender)")
-    p.add_argument("--disk-fault", dest="disk_faults", action="append", type=disk_fault, help="test aid: DIR=full@SIZE or DIR=error@SIZE, that disk fills or fails after SIZE bytes")
-
-
-def disk_fault(text: str) -> tuple[str, str]:
-    """DIR=full@SIZE or DIR=error@SIZE (the engine checks the rest)."""
-    disk, sep, fault = text.rpartition("=")
-    if not sep or not disk:
-        raise argparse.ArgumentTypeError(f"{text!r}: write DIR=full@SIZE or DIR=error@SIZE")
-    return disk, fault
 
 
 def run_record(a: argparse.Namespace) -> int:
@@ -300,8 +256,6 @@ def add_demo(sub: Any) -> None:
 
 
 def run_demo(a: argparse.Namespace) -> int:
-    from .cli import print_check_report
-    from .files import check
 
     cpus = sorted(os.sched_getaffinity(0))
     # The recorder pins its capture and writer to the last two CPUs when there are four or

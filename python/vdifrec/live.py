@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .quality import Tone
+from .analysis.tones import Tone
 
 __all__ = ["LiveLook"]
 

@@ -29,8 +29,8 @@ import time
 import urllib.parse
 from typing import Any, TextIO
 
-from ._cli_args import UsageError, positive, sigterm_as_interrupt
-from .remote import RemoteStatuses
+from ..remote import RemoteStatuses
+from .args import UsageError, positive, sigterm_as_interrupt
 
 #: The causes of loss, as /metrics labels them (vdifrec_frames_lost_total{cause=...}).
 CAUSES = ("network", "kernel", "ring", "malformed")

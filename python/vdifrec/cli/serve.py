@@ -11,14 +11,13 @@ import sys
 import time
 from typing import Any, TextIO
 
-from . import _core
-from ._cli_args import OptionError, UsageError, given, path, positive, sigterm_as_interrupt
-from ._cli_record import add_capture_arguments, add_scan_arguments
-from .recorder import Recorder
-from .scans import expand_disks
-from .vsi.client import VSIClient, VSIError, _address
-from .vsi.server import CommandLog, ControlServer
-from .vsi.station import Station
+from .. import _core
+from ..recorder import Recorder
+from ..scans import expand_disks
+from ..vsi.client import VSIClient, VSIError, host_and_port
+from ..vsi.server import CommandLog, ControlServer
+from ..vsi.station import Station
+from .args import OptionError, UsageError, add_capture_arguments, add_scan_arguments, given, path, positive, sigterm_as_interrupt
 
 #: jive5ab's control port.
 CONTROL_PORT = 2620
@@ -142,7 +141,7 @@ def run_vsi(a: argparse.Namespace) -> int:
     if not any(c.strip(" ;") for c in a.commands):
         raise UsageError("commands: give at least one command, e.g. \"record?\"")
     try:
-        where = _address(a.address)
+        where = host_and_port(a.address)
     except ValueError as exc:
         raise OptionError(str(exc)) from None
     if not where[0] or not 1 <= where[1] <= 65535:

@@ -24,12 +24,13 @@ try:
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("vdifrec.dask needs Dask: pip install 'vdifrec[dask]' (dask[array], distributed, pandas)") from exc
 
-from ._dask_fringe import fringe_test
-from ._dask_tasks import Hosts, _count, _host_table, _placed, _reading, files_read, first_sample
-from .files import check as check_file
-from .quality import _LEVELS, BitStats, Spectrum, _expected_fractions, _frame_states, _freq, _need_one_fft, _segment
-from .quality import find_tones as find_tones_of
-from .reader import open as open_reader
+from ..analysis.bstate import LEVELS, BitStats, expected_fractions, frame_states
+from ..analysis.check import check as check_file
+from ..analysis.spectrum import Spectrum, frequencies, need_one_fft, segment_length
+from ..analysis.tones import find_tones as find_tones_of
+from ..reader import open as open_reader
+from .fringe import fringe_test
+from .tasks import Hosts, count_read, files_read, first_sample, host_table, placed, reading
 
 __all__ = ["bstate", "check", "files_read", "fringe_test", "open", "session", "spectrum"]
 
@@ -51,7 +52,7 @@ class _Part:
 
 def _read(path: str, open_kwargs: dict[str, Any], start: int, count: int) -> npt.NDArray[Any]:
     """One chunk, in the worker: samples ``start .. start + count`` of ``path``."""
-    with _reading(path, open_kwargs) as fh:
+    with reading(path, open_kwargs) as fh:
         fh.seek(start)
         out: npt.NDArray[Any] = fh.read(count)
     return out
@@ -165,7 +166,7 @@ DEFAULT_CHUNK_FFTS = 4096
 def _spectrum_part(path: str, open_kwargs: dict[str, Any], nfft: int, start: int, ffts: int) -> tuple[npt.NDArray[np.float64], int]:
     """In the worker: the summed power of ``ffts`` FFTs from sample ``start`` of ``path``, and
     how many were taken (a sum, so that parts add up exactly to the whole file's mean)."""
-    with _reading(path, open_kwargs) as fh:
+    with reading(path, open_kwargs) as fh:
         power, taken = fh._core.spectrum(nfft, start, ffts)
     if taken != ffts:
         raise RuntimeError(f"{path}: {taken} FFTs where {ffts} were planned: the file changed while being read")
@@ -205,13 +206,13 @@ def spectrum(
         raise ValueError(f"nfft must be a positive whole number of spectral channels, got {nfft!r}")
     chunk_ffts = _whole("chunk_ffts", chunk_ffts, DEFAULT_CHUNK_FFTS, "FFTs")
     names = _names(paths_or_scans)
-    table = _host_table(hosts)
+    table = host_table(hosts)
     plans = []
     for name in names:
-        with open_reader(name, **open_kwargs) as fh, _placed(table, name):
+        with open_reader(name, **open_kwargs) as fh, placed(table, name):
             cplx = fh.complex_data
-            _need_one_fft(fh.shape[0], nfft, cplx, "channel")
-            seg = _segment(nfft, cplx)
+            need_one_fft(fh.shape[0], nfft, cplx, "channel")
+            seg = segment_length(nfft, cplx)
             total = fh.shape[0] // seg
             tasks = [
                 delayed(_spectrum_part, pure=True)(name, open_kwargs, nfft, k * seg, min(chunk_ffts, total - k))
@@ -223,15 +224,15 @@ def spectrum(
         taken = sum(n for _, n in parts)
         power = sum(p for p, _ in parts) / taken
         power = np.asarray(power).reshape(len(threads), nchan, nfft)
-        out.append(Spectrum(_freq(nfft, cplx, rate), power, nfft, taken, rate, cplx, threads))
+        out.append(Spectrum(frequencies(nfft, cplx, rate), power, nfft, taken, rate, cplx, threads))
     return out
 
 
 def _bstate_part(path: str, open_kwargs: dict[str, Any], part: int, lo: int, hi: int) -> tuple[dict[int, npt.NDArray[np.int64]], int]:
     """In the worker: state counts per thread of frames ``lo .. hi`` of part ``part`` (a scan's
     chunk; the file itself for a file), counted from the raw bytes."""
-    with _reading(path, open_kwargs) as fh:
-        threads, counts, bits = _frame_states([fh.frame_parts[part][lo:hi]])
+    with reading(path, open_kwargs) as fh:
+        threads, counts, bits = frame_states([fh.frame_parts[part][lo:hi]])
     return {t: counts[k] for k, t in enumerate(threads)}, bits
 
 
@@ -247,12 +248,12 @@ def bstate(
     :func:`spectrum`."""
     chunk_frames = _whole("chunk_frames", chunk_frames, 8 * DEFAULT_CHUNK_FRAMES, "frames")
     names = _names(paths_or_scans)
-    table = _host_table(hosts)
+    table = host_table(hosts)
     plans = []
     for name in names:
         with open_reader(name, **open_kwargs) as fh:
             sizes = [len(p) for p in fh.frame_parts]
-        with _placed(table, name):
+        with placed(table, name):
             plans.append([
                 delayed(_bstate_part, pure=True)(name, open_kwargs, k, lo, min(lo + chunk_frames, n))
                 for k, n in enumerate(sizes)
@@ -266,16 +267,16 @@ def bstate(
             for t, c in counts.items():
                 by_thread[t] = by_thread[t] + c if t in by_thread else c
         threads = sorted(by_thread)
-        total = np.stack([by_thread[t] for t in threads]) if threads else np.zeros((0, 0, len(_LEVELS[bits])), np.int64)
+        total = np.stack([by_thread[t] for t in threads]) if threads else np.zeros((0, 0, len(LEVELS[bits])), np.int64)
         sums = total.sum(axis=-1, keepdims=True)
-        levels = _LEVELS[bits]
-        out.append(BitStats(bits, levels, total, total / np.where(sums > 0, sums, 1), _expected_fractions(bits, levels), threads))
+        levels = LEVELS[bits]
+        out.append(BitStats(bits, levels, total, total / np.where(sums > 0, sums, 1), expected_fractions(bits, levels), threads))
     return out
 
 
 def _check_one(path: str, open_kwargs: dict[str, Any]) -> dict[str, Any]:
     """In the worker: vdifrec's one-pass check of one file or scan."""
-    _count(path)
+    count_read(path)
     kw = {k: v for k, v in open_kwargs.items() if k in ("disks", "format")}
     return check_file(path, **kw)
 
@@ -291,10 +292,10 @@ def check(
     from dask.base import compute
 
     names = _names(paths_or_scans)
-    table = _host_table(hosts)
+    table = host_table(hosts)
     tasks = []
     for name in names:
-        with _placed(table, name):
+        with placed(table, name):
             tasks.append(delayed(_check_one, pure=True)(name, open_kwargs))
     return list(compute(*tasks))
 

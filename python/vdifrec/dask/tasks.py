@@ -14,9 +14,9 @@ from typing import Any
 
 from dask.base import annotate
 
-from . import _core
-from .reader import Reader
-from .reader import open as open_reader
+from .. import _core
+from ..reader import Reader
+from ..reader import open as open_reader
 
 #: Where each file or scan lies: {path or scan name: host}, as the ``hosts=`` keyword takes it.
 Hosts = Mapping[str | os.PathLike[str], str]
@@ -40,13 +40,13 @@ def files_read() -> dict[str, int]:
         return dict(_tasks_per_file)
 
 
-def _count(path: str) -> None:
+def count_read(path: str) -> None:
     with _tasks_lock:
         _tasks_per_file[path] += 1
 
 
 @contextlib.contextmanager
-def _reading(path: str, open_kwargs: dict[str, Any]) -> Iterator[Reader]:
+def reading(path: str, open_kwargs: dict[str, Any]) -> Iterator[Reader]:
     """One task's use of the worker thread's open reader of ``path``, counted, its analysis on
     this one thread. When the task is
     done the reader lets go of the pages it touched: they stay in the page cache, but no longer
@@ -65,7 +65,7 @@ def _reading(path: str, open_kwargs: dict[str, Any]) -> Iterator[Reader]:
 
 def _reader(path: str, open_kwargs: dict[str, Any]) -> Reader:
     """The worker thread's open reader of ``path``, counted as one task's read of it."""
-    _count(path)
+    count_read(path)
     cache: dict[Any, tuple[Reader, Any]] = getattr(_readers, "cache", None) or {}
     _readers.cache = cache
     key = (path, repr(sorted(open_kwargs.items())))
@@ -129,7 +129,7 @@ def _workers_on(host: str) -> list[str] | None:
     return on_host or None
 
 
-def _host_table(hosts: Hosts | None) -> dict[str, str]:
+def host_table(hosts: Hosts | None) -> dict[str, str]:
     if hosts is None:
         return {}
     if not isinstance(hosts, Mapping):
@@ -138,7 +138,7 @@ def _host_table(hosts: Hosts | None) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _placed(hosts: dict[str, str], name: str) -> Iterator[None]:
+def placed(hosts: dict[str, str], name: str) -> Iterator[None]:
     """Tasks made inside prefer the workers on the host that holds ``name`` (and may run
     elsewhere when those are gone or busy: data read over the network beat data not read)."""
     host = hosts.get(name)

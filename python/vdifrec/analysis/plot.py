@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from .quality import Fringe, Spectrum
+    from .fringe import Fringe
+    from .spectrum import Spectrum
 
 
 def _pyplot(path: str | None) -> Any:

@@ -1,14 +1,19 @@
-"""The per-second table and the summary block, in the original recorder's form.
+"""What the commands print: the per-second table and the summary block in the original
+recorder's form, the latency table, the check report and the fringe verdict.
 
-The first six columns are those of the original system (KASI's PF_RING recorder); the rest
-split the loss by cause, which the original lumped together or did not see.
+The table's first six columns are those of the original system (KASI's PF_RING recorder); the
+rest split the loss by cause, which the original lumped together or did not see.
 """
 
 from __future__ import annotations
 
 from typing import Any, TextIO
 
-from .reports import SecondRow, Summary
+from ..analysis import Fringe
+from ..reports import SecondRow, Summary
+
+#: How often the header line is repeated in a long table.
+HEADER_EVERY = 40
 
 HEADER = (
     f"{'Time':<10}  {'Frame_Num/Sec':>15}  {'Total_Frame':>11}  {'Buf_Stream_Size':>15}  "
@@ -117,3 +122,63 @@ def print_latency(latency: dict[str, Any], out: TextIO) -> None:
             f"{_duration(st['p999']):>10} {_duration(st['max']):>10}  {what}{neg}",
             file=out,
         )
+
+
+def print_check_report(r: dict[str, Any], every_second: bool = False) -> None:
+    """Human-readable form of a check report."""
+    f = r["format"]
+    t = r["totals"]
+    kind = "legacy" if f["legacy"] else f"EDV {f['edv']}"
+    scan = r.get("scan")
+    if scan:
+        print(f"scan         {r['path']}: {r['file_bytes']} bytes in {scan['parts']} {scan['part_word']}(s)")
+    else:
+        print(f"file         {r['path']} ({r['file_bytes']} bytes)")
+    print(
+        f"format       {f['frame_size']}-byte frames, {kind}, {f['nchan']} ch x {f['bits']} bit "
+        f"{'complex' if f['complex'] else 'real'}, station {r['station']}"
+    )
+    print(f"frames       {r['frames']} in {len(r['threads'])} thread(s): {', '.join(map(str, r['threads']))}")
+    print(f"rate         {r['frames_per_second']} frames/s per thread ({r['frames_per_second_source']})")
+    print(f"time         {r['first_frame_time']} .. {r['last_frame_time']}")
+    print(
+        f"counts       expected {t['expected']}  received {t['received']}  lost {t['lost']}  "
+        f"out-of-order {t['out_of_order']}  duplicate {t['duplicates']}  invalid {t['invalid']}"
+    )
+    if t["out_of_window"] or t["time_jumps"] or t["late"]:
+        print(f"time         {t['out_of_window']} frames out of window, {t['time_jumps']} jumps, {t['late']} late")
+    rows = [s for s in r["seconds"] if every_second or s["lost"] or s["duplicates"] or s["out_of_order"] or s["invalid"]]
+    if rows:
+        print("second       station  thread  received/expected  lost  out-of-order  duplicate  invalid")
+        for s in rows:
+            for th in s["threads"]:
+                print(
+                    f"{s['vdif_seconds']:<12} {th['station']:>7}  {th['thread']:>6}  {th['received']:>8}/{th['expected']:<8}  "
+                    f"{th['lost']:>4}  {th['out_of_order']:>12}  {th['duplicates']:>9}  {th['invalid']:>7}"
+                )
+    for g in r["gaps"]:
+        (s0, f0), (s1, f1) = g["first_missing"], g["last_missing"]
+        print(f"gap          station {g['station']} thread {g['thread']}: {g['missing']} frames missing, {s0}:{f0} .. {s1}:{f1} (unix second:frame)")
+    if r["gaps_not_listed"]:
+        print(f"gap          ... {r['gaps_not_listed']} more gaps not listed")
+    for c in r["corrupt"]:
+        print(f"corrupt      {c['bytes']} bytes at offset {c['offset']} ({c['reason']})")
+    if r["corrupt_stretches"] > len(r["corrupt"]):
+        print(f"corrupt      ... {r['corrupt_stretches'] - len(r['corrupt'])} more stretches not listed")
+    for g in scan["gaps"] if scan else []:
+        print(f"missing      {g['description']}")
+    if r["trailing_bytes"]:
+        print(f"trailing     {r['trailing_bytes']} bytes after the last whole frame")
+    w = r["header_warnings"]
+    if w["edv0_nonzero_words"]:
+        print(f"header       {w['edv0_nonzero_words']} EDV 0 frames with non-zero words 4-7")
+    if w["station_changes"]:
+        print(f"header       {w['station_changes']} frames with another station id")
+    print("result       " + ("CLEAN" if r["clean"] else "PROBLEMS FOUND"))
+
+
+def verdict(f: Fringe) -> str:
+    """The detection said plainly, for the operator's eye."""
+    if f.detected:
+        return f"FRINGE DETECTED (SNR {f.snr:.1f} >= {f.snr_threshold:g})"
+    return f"no fringe (SNR {f.snr:.1f} < {f.snr_threshold:g})"

@@ -21,16 +21,16 @@ import sys
 import time
 from typing import Any, TextIO
 
-from . import _core
-from ._cli_args import OptionError, UsageError, default, given, integer, positive, sigterm_as_interrupt, size
-from .recorder import Recorder
-from .reports import SecondRow, ThreadSecond
+from .. import _core
+from ..recorder import Recorder
+from ..reports import SecondRow, ThreadSecond
+from .args import OptionError, UsageError, default, given, integer, positive, sigterm_as_interrupt, size
+from .reports import HEADER_EVERY
 
 HEADER = (
     "----- VDIF Time ------------------------------ Computer Time ---------Time Delta----"
     "Frames total/max-----Rate peak------Rate nominal----Rate actual-----Lost----OutOfOrder"
 )
-HEADER_EVERY = 40
 
 
 def _doy(t: float, decimals: int = 0) -> str:

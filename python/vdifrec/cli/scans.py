@@ -8,26 +8,9 @@ import json
 import sys
 from typing import Any
 
-from . import _core
-from ._cli_args import UsageError, os_error, output, path
-from .scans import gather, scans
-
-OK, PROBLEMS = 0, 1
-
-
-def add_disk_arguments(p: argparse.ArgumentParser, required: bool = True) -> None:
-    """`--disk` (repeated, or a glob) and `--format`, as every scan command takes them."""
-    p.add_argument(
-        "--disk",
-        dest="disks",
-        action="append",
-        type=path,
-        required=required,
-        metavar="DIR",
-        help="a directory (mount point) the scan was recorded on; repeat it, or give a quoted glob such as '/mnt/disk*'",
-    )
-    p.add_argument("--format", choices=["file", "vbs", "mk6"], help="the scan's layout (default: detected)")
-
+from .. import _core
+from ..scans import gather, scans
+from .args import OK, PROBLEMS, UsageError, add_disk_arguments, os_error, output, path
 
 def add_scans(sub: Any) -> None:
     p = sub.add_parser(

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 from typing import Any
 
-from . import _core
-from ._cli_args import OptionError, UsageError, integer, os_error, output, path, positive
-from .quality import DEFAULT_SNR_THRESHOLD, Fringe, bstate, fringe, spectrum
-from .reader import Reader
-from .reader import open as open_reader
+from .. import _core
+from ..analysis import bstate, fringe, spectrum
+from ..reader import Reader
+from ..reader import open as open_reader
+from .args import OptionError, UsageError, add_search_arguments, figure, os_error, output, path, positive
+from .reports import verdict
 
 
 def _open(path: str, sample_rate: float | None) -> Reader:
@@ -24,28 +24,12 @@ def _open(path: str, sample_rate: float | None) -> Reader:
         raise UsageError(f"{path}: {exc}") from None
 
 
-def figure(text: str) -> str:
-    """Where a figure goes: a file in an existing folder, in a format matplotlib writes."""
-    output(text)
-    try:
-        from matplotlib.backend_bases import FigureCanvasBase
-    except ImportError:
-        raise argparse.ArgumentTypeError("plots need matplotlib: pip install 'vdifrec[plot]'") from None
-    formats = sorted(FigureCanvasBase.get_supported_filetypes())
-    ext = os.path.splitext(text)[1][1:].lower()
-    if ext and ext not in formats:
-        raise argparse.ArgumentTypeError(
-            f"cannot write a .{ext} figure: give a file ending in {', '.join('.' + f for f in formats)}"
-        )
-    return text
-
-
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample-rate", type=positive(), default=None, help="Hz per channel, if the file cannot tell")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def add_quality(sub: Any) -> None:
+def add_analysis(sub: Any) -> None:
     p = sub.add_parser("spectrum", help="autospectra of every channel, tones found (like m5spec)")
     p.add_argument("file", type=path, help="VDIF file")
     p.add_argument("--nfft", type=positive(int), default=1024, help="spectral channels across the band (default 1024)")
@@ -70,25 +54,6 @@ def add_quality(sub: Any) -> None:
     add_search_arguments(p)
     _common(p)
     p.set_defaults(func=run_fringe)
-
-
-def add_search_arguments(p: argparse.ArgumentParser) -> None:
-    """How a fringe is searched and judged, as `fringe` and `fringe-test` take it."""
-    # Its range is checked once, by the API (max_delay), and named here by OptionError.
-    p.add_argument("--max-delay", type=integer, default=None, metavar="SAMPLES",
-                   help="search delays up to this many samples either way (default: the whole lag function)")
-    p.add_argument("--snr-threshold", type=positive(), default=DEFAULT_SNR_THRESHOLD,
-                   help=f"SNR at which a fringe counts as detected (default {DEFAULT_SNR_THRESHOLD:g})")
-    p.add_argument("--keep-tones", action="store_true",
-                   help="keep the spectral channels holding tones (left out by default: a tone common to "
-                        "both inputs fakes a flat lag function)")
-
-
-def verdict(f: Fringe) -> str:
-    """The detection said plainly, for the operator's eye."""
-    if f.detected:
-        return f"FRINGE DETECTED (SNR {f.snr:.1f} >= {f.snr_threshold:g})"
-    return f"no fringe (SNR {f.snr:.1f} < {f.snr_threshold:g})"
 
 
 def run_spectrum(a: argparse.Namespace) -> int:

@@ -8,9 +8,9 @@ import os
 import sys
 from typing import Any
 
-from . import _core
-from ._cli_args import DEFAULTS, UsageError, default, path, size
-from .doctor import run_checks
+from .. import _core
+from ..doctor import run_checks
+from .args import DEFAULTS, UsageError, default, path, size
 
 MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skip": "--"}
 
@@ -33,7 +33,7 @@ def run_doctor(a: argparse.Namespace) -> int:
     if not os.path.isdir(a.path):
         raise UsageError(f"--path: {a.path} is not a folder: give the folder recordings go to")
     if a.ring is not None:
-        from .recorder import Recorder
+        from ..recorder import Recorder
 
         Recorder(ring=a.ring)  # the engine checks the ring as `record` would, and starts nothing
     ring = _core.parse_size_arg("ring", str(a.ring if a.ring is not None else DEFAULTS["recorder"]["ring"]))

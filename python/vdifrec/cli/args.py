@@ -12,7 +12,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from . import _core
+from .. import _core
+from ..analysis.fringe import DEFAULT_SNR_THRESHOLD
+
+#: Exit statuses: 0 all is well, 1 a problem found (frames lost, a check failed), 2 a usage error.
+OK, PROBLEMS, USAGE = 0, 1, 2
 
 #: Every default, from the engine that owns it.
 DEFAULTS: dict[str, dict[str, Any]] = _core.defaults()
@@ -184,3 +188,94 @@ def os_error(exc: OSError) -> str:
     if exc.filename is not None and os.fsdecode(exc.filename) not in exc.strerror:
         return f"{os.fsdecode(exc.filename)}: {exc.strerror}"
     return exc.strerror
+
+
+# -- argument groups more than one command takes ------------------------------------------
+
+
+def add_capture_arguments(p: Any, port_required: bool) -> None:
+    """How the stream is received: the options `record` and `serve` share (each flag's dest is
+    the engine's name for the option, so errors map back to the flag)."""
+    port_help = "UDP port (0: any free port); several streams: 46227,46228, each may carry its address: 46227@10.0.1.1"
+    if not port_required:
+        port_help += " (optional: net_port= binds one)"
+    p.add_argument("--port", required=port_required, help=port_help)
+    p.add_argument("--bind", help=f"address to listen on (default {default('recorder', 'bind')}; 0.0.0.0 or the interface address to hear the network)")
+    p.add_argument("--multicast", help="multicast group to join")
+    p.add_argument("--ring", type=size, help=f"ring buffer size (default {default('recorder', 'ring')})")
+    p.add_argument("--frame-size", type=integer, help="bytes per frame incl. header (default: learned from the first frame)")
+    p.add_argument("--offset", type=integer, help="bytes to strip before each frame (8 for a PSN; default 0)")
+    p.add_argument("--psn", action="store_true", default=None, help="count gaps in the 8-byte packet sequence numbers (with --offset 8)")
+    p.add_argument("--fps", type=integer, help="frames per second per thread (default: learned)")
+    p.add_argument("--capture-cpu", type=integer, help="pin the capture thread to this CPU")
+    p.add_argument("--writer-cpu", type=integer, help="pin the writer thread to this CPU")
+    p.add_argument("--no-direct", dest="direct", action="store_false", default=None, help="buffered writes instead of O_DIRECT")
+    p.add_argument("--rcvbuf", type=size, help=f"socket receive buffer to ask for (default {default('recorder', 'rcvbuf')})")
+    p.add_argument("--backend", help="capture backend: udp (default, no privileges), afpacket (TPACKET_V3 on --interface, CAP_NET_RAW), pfring (PF_RING on --interface)")
+    p.add_argument("--interface", help="network interface for the afpacket and pfring backends")
+    p.add_argument("--pfring-library", type=path, help="path of libpfring.so (default: the system's)")
+    p.add_argument("--status-listen", help="serve the control-room page (GET /), /status (JSON), /history and /metrics (Prometheus) at HOST:PORT (PORT alone: localhost)")
+    p.add_argument("--no-live", dest="live", action="store_false", default=None, help="no live quality monitor (on with --status-listen: spectra, bit statistics, tones of part of each second)")
+    p.add_argument("--live-fraction", type=number, help="share of each second the live monitor analyses, in (0, 1], at most 1/8 of the ring (default: it paces itself from 1/16 by the CPU it may use)")
+    p.add_argument("--live-nfft", type=integer, help=f"spectral channels of the live spectra (default {default('recorder', 'live_nfft')})")
+    p.add_argument("--latency", action="store_true", default=None, help="per-stage latency stamps (kernel → capture → ring → write → disk, and VDIF time vs arrival); the table at the end")
+
+
+def add_scan_arguments(p: Any, disks_required: bool = False) -> None:
+    """Where and how scans are written: the options `record` and `serve` share."""
+    p.add_argument("--disk", dest="disks", action="append", required=disks_required, help="record scans to this directory, one per disk (repeat, or a glob such as '/mnt/disk*')")
+    p.add_argument("--format", help="scan layout: file (one disk), vbs (FlexBuff chunks; the default with several disks), mk6 (Mark6 scatter-gather)")
+    p.add_argument("--chunk-size", type=size, help="vbs chunk or mk6 block size (default 256MiB and 8MiB), rounded to whole runs of 128 frames")
+    p.add_argument("--writers", type=integer, help="scan writer threads (default: one per 5 Gbit/s plus one, at most one per disk)")
+    p.add_argument("--split", help="write one scan per VDIF thread, station or sender, named SCAN_ds<key> (thread, station or sender)")
+    p.add_argument("--disk-fault", dest="disk_faults", action="append", type=disk_fault, help="test aid: DIR=full@SIZE or DIR=error@SIZE, that disk fills or fails after SIZE bytes")
+
+
+def disk_fault(text: str) -> tuple[str, str]:
+    """DIR=full@SIZE or DIR=error@SIZE (the engine checks the rest)."""
+    disk, sep, fault = text.rpartition("=")
+    if not sep or not disk:
+        raise argparse.ArgumentTypeError(f"{text!r}: write DIR=full@SIZE or DIR=error@SIZE")
+    return disk, fault
+
+
+def add_disk_arguments(p: argparse.ArgumentParser, required: bool = True) -> None:
+    """`--disk` (repeated, or a glob) and `--format`, as every scan command takes them."""
+    p.add_argument(
+        "--disk",
+        dest="disks",
+        action="append",
+        type=path,
+        required=required,
+        metavar="DIR",
+        help="a directory (mount point) the scan was recorded on; repeat it, or give a quoted glob such as '/mnt/disk*'",
+    )
+    p.add_argument("--format", choices=["file", "vbs", "mk6"], help="the scan's layout (default: detected)")
+
+
+def add_search_arguments(p: argparse.ArgumentParser) -> None:
+    """How a fringe is searched and judged, as `fringe` and `fringe-test` take it."""
+    # Its range is checked once, by the API (max_delay), and named here by OptionError.
+    p.add_argument("--max-delay", type=integer, default=None, metavar="SAMPLES",
+                   help="search delays up to this many samples either way (default: the whole lag function)")
+    p.add_argument("--snr-threshold", type=positive(), default=DEFAULT_SNR_THRESHOLD,
+                   help=f"SNR at which a fringe counts as detected (default {DEFAULT_SNR_THRESHOLD:g})")
+    p.add_argument("--keep-tones", action="store_true",
+                   help="keep the spectral channels holding tones (left out by default: a tone common to "
+                        "both inputs fakes a flat lag function)")
+
+
+def figure(text: str) -> str:
+    """Where a figure goes: a file in an existing folder, in a format matplotlib writes."""
+    output(text)
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise argparse.ArgumentTypeError("plots need matplotlib: pip install 'vdifrec[plot]'") from None
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    ext = os.path.splitext(text)[1][1:].lower()
+    if ext and ext not in formats:
+        raise argparse.ArgumentTypeError(
+            f"cannot write a .{ext} figure: give a file ending in {', '.join('.' + f for f in formats)}"
+        )
+    return text

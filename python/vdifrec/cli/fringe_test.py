@@ -15,9 +15,9 @@ import math
 import os
 from typing import Any
 
-from . import _core
-from ._cli_args import OptionError, UsageError, number, os_error, path, positive
-from ._cli_quality import add_search_arguments, figure, verdict
+from .. import _core
+from .args import OptionError, UsageError, add_search_arguments, figure, number, os_error, path, positive
+from .reports import verdict
 
 OK, NO_FRINGE = 0, 1
 
@@ -123,7 +123,7 @@ def run_fringe_test(a: argparse.Namespace) -> int:
     if len(a.files) < 2:
         raise UsageError("argument FILE: give two or more recordings, one per station")
     try:
-        from .dask import fringe_test
+        from ..dask import fringe_test
     except ImportError as exc:
         raise UsageError(str(exc)) from None
     names = _names(a)

@@ -1,10 +1,12 @@
-"""Argument conversion shared by the API and the command line."""
+"""Argument conversion shared by the API and the command line: rates, sizes, paths."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 from typing import Any, TypeVar, cast
+
+from . import _core
 
 T = TypeVar("T", bound=Mapping[str, Any])
 
@@ -26,6 +28,12 @@ def to_hz(value: Any, name: str = "sample_rate") -> float | None:
     if not hz > 0 or hz != hz or hz == float("inf"):
         raise ValueError(f"{name} must be a positive number of Hz, got {value!r}")
     return hz
+
+
+def parse_size(value: int | str, name: str) -> int:
+    """A byte size given as a number or as text such as ``"8GiB"`` (the engine's own rule);
+    ``name`` names the value in the error."""
+    return value if isinstance(value, int) else _core.parse_size_arg(name, value)
 
 
 def plain_options(options: T) -> T:

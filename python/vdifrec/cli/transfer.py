@@ -18,11 +18,8 @@ import sys
 import time
 from typing import Any, TextIO
 
-from ._cli_args import UsageError, integer, number, os_error, path, sigterm_as_interrupt, size
-from .transfer import PushProgress, Receiver, TransferError, push
-
-OK, PROBLEMS = 0, 1
-
+from ..transfer import PushProgress, Receiver, TransferError, push
+from .args import OK, PROBLEMS, UsageError, integer, number, os_error, path, sigterm_as_interrupt, size
 
 def add_push(sub: Any) -> None:
     p = sub.add_parser(

@@ -20,11 +20,12 @@ import numpy as np
 from dask.base import compute
 from dask.delayed import delayed
 
-from . import _core
-from ._dask_tasks import Hosts, _host_table, _placed, _reading, first_sample, set_time
-from .quality import DEFAULT_SNR_THRESHOLD, Fringe, _fringe_of, _search_options, _segment
-from .reader import Reader
-from .reader import open as open_reader
+from .. import _core
+from ..analysis.fringe import DEFAULT_SNR_THRESHOLD, Fringe, fringe_of, search_options
+from ..analysis.spectrum import segment_length
+from ..reader import Reader
+from ..reader import open as open_reader
+from .tasks import Hosts, first_sample, host_table, placed, reading, set_time
 
 #: Stretches of time a baseline is cut into for the fringe-rate search, when the overlap holds
 #: that many FFTs: fringe rates up to ±8 turns over the time correlated are searched.
@@ -96,8 +97,8 @@ def _cross_part(
 ) -> _core._Sums | None:
     """In the worker: one stretch of one baseline, from time ``at_a`` of a's stamps and
     ``at_b`` of b's, as summed cross and auto spectra; None when a frame of it is missing."""
-    with _reading(path_a, open_kwargs) as a, _reading(path_b, open_kwargs) as b:
-        n = ffts * _segment(nfft, a.complex_data)
+    with reading(path_a, open_kwargs) as a, reading(path_b, open_kwargs) as b:
+        n = ffts * segment_length(nfft, a.complex_data)
         start_a, start_b = _window(a, at_a, n), _window(b, at_b, n)
         if start_a is None or start_b is None:
             return None
@@ -223,11 +224,11 @@ def fringe_test(
     offsets = _checked_offsets(clock_offset, paths)
     if isinstance(nfft, bool) or not isinstance(nfft, int) or nfft < 2:
         raise ValueError(f"nfft: {nfft!r} is not a number of spectral channels: give a whole number >= 2")
-    max_delay, snr_threshold = _search_options(max_delay, snr_threshold)
+    max_delay, snr_threshold = search_options(max_delay, snr_threshold)
     want = _positive("seconds", seconds)
     if stretches is not None and (isinstance(stretches, bool) or not isinstance(stretches, int) or stretches < 1):
         raise ValueError(f"stretches: {stretches!r} - give a whole number of stretches of time, 1 or more")
-    table = _host_table(hosts)
+    table = host_table(hosts)
     st = [_station(name, path, offsets.get(name, 0.0), open_kwargs) for name, path in paths.items()]
     first = st[0]
     for s in st[1:]:
@@ -238,7 +239,7 @@ def fringe_test(
     inputs = min(s.inputs for s in st)
     chans = _checked_channels(channels, inputs)
     rate, cplx = first.rate, first.complex
-    seg = _segment(nfft, cplx)
+    seg = segment_length(nfft, cplx)
 
     plans = []  # (a, b, t0, ffts per stretch, stretch count, tasks per channel)
     for a, b in itertools.combinations(st, 2):
@@ -249,7 +250,7 @@ def fringe_test(
         ffts = max(n, 0) // seg
         k = min(stretches or DEFAULT_STRETCHES, ffts)
         per = ffts // k if k else 0
-        with _placed(table, a.path):
+        with placed(table, a.path):
             # Each stretch is placed by time in each file (the stamps: true time + shift).
             tasks = {
                 c: [delayed(_cross_part, pure=True)(a.path, b.path, open_kwargs, c, c, nfft,
@@ -277,7 +278,7 @@ def fringe_test(
                 raise RuntimeError(f"{a.name}-{b.name}: a stretch came back short: the recordings changed while read?")
             result = _core.fringe_of_parts([empty if p is None else p for p in parts], cplx,
                                            exclude_tones=bool(exclude_tones), max_lag=max_delay)
-            found[c] = _fringe_of(result, nfft, cplx, rate, snr_threshold, per * seg / rate if k > 1 else None)
+            found[c] = fringe_of(result, nfft, cplx, rate, snr_threshold, per * seg / rate if k > 1 else None)
         best = max(found, key=lambda c: found[c].snr)
         f = found[best]
         rows.append({
