@@ -1,9 +1,9 @@
 """Station control by VSI-S: `vdifrec serve` driven as the Field System drives jive5ab on a
-FlexBuff (REFERENCE.md "VSI-S"), with the sender on loopback. Every reply is checked against
-the grammar with a pattern written here (not vdifrec's parser), each scan byte for byte against
-what was sent (kernel drops, which an untuned host may have, change the expectation, never the
-verdict), then bad parameters, unknown keywords, abuse of the control port while a scan
-records, two clients racing for `record=on`, and SIGTERM during a scan.
+FlexBuff (docs/reference/formats/vsi.md), with the sender on loopback. Every reply is checked
+against the grammar with a pattern written here (not vdifrec's parser), each scan byte for byte
+against what was sent (kernel drops, which an untuned host may have, change the expectation,
+never the verdict), then bad parameters, unknown keywords, abuse of the control port while a
+scan records, two clients racing for `record=on`, and SIGTERM during a scan.
 """
 
 from __future__ import annotations

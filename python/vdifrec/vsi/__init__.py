@@ -1,6 +1,8 @@
 """Station control by VSI-S, as the Field System drives jive5ab on a FlexBuff: the protocol
-(``protocol``), what each command does (``station``), the control port (``server``) and a client
-(``client``). ``vdifrec serve`` runs them; ``vdifrec vsi`` and :class:`VSIClient` talk to it."""
+(``protocol``), the station's state and its dispatch (``station``), what each command does (one
+family of commands per module of ``commands``, sharing ``common``), the control port
+(``server``) and a client (``client``). ``vdifrec serve`` runs them; ``vdifrec vsi`` and
+:class:`VSIClient` talk to it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
-"""VSI-S as the Field System speaks it to a recorder (jive5ab's dialect; REFERENCE.md "VSI-S").
+"""VSI-S as the Field System speaks it to a recorder (jive5ab's dialect; the replies vdifrec gives
+are in docs/reference/formats/vsi.md).
 
 A command is ``keyword=param:param:...;`` (set) or ``keyword?param:...;`` (query); several may
 share a line, whitespace around fields is ignored and keywords are case-insensitive. Each gets one
 reply line, ``!keyword= code [: field]* ;`` or ``!keyword? code [: field]* ;``. This module only
-splits, parses and formats: what a command does is ``vsi.station``.
+splits, parses and formats: what a command does is ``vsi.commands``, dispatched by
+``vsi.station``.
 """
 
 from __future__ import annotations

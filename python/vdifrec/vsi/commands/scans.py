@@ -1,0 +1,187 @@
+"""A recorded scan chosen, checked and copied out: ``scan_set`` (the scan and the byte range the
+others work on; ``record=off`` sets it too), ``scan_check?`` (what the scan holds, read back from
+the disks), ``disk2file`` (the range copied into a file under the gather directory) and
+``reset=abort`` (that copy stopped). Each waits, bounded, for a scan just stopped to be on disk."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ... import _core
+from ..common import Problem, ScanPointer, one_field, ostream_num, query_only, reply, vex_time
+from ..disk2file import Disk2File
+from ..protocol import Code, Command, Reply
+
+if TYPE_CHECKING:
+    from ..station import Station
+
+
+def scan_set(st: Station, c: Command) -> Reply:
+    if c.query:
+        p = st.pointer
+        if p is None:
+            return reply(c, -1, "", 0, 0)
+        return reply(c, _session_index(st, p.name), p.name, p.start, p.end)
+    st.await_drain()
+    st.idle_only(c)
+    which = c.param(0)
+    if not which:
+        if not st.session:
+            raise Problem(Code.CONFLICT, "there are no scans recorded in this session")
+        name = st.session[-1]
+    elif which.isdigit() and 1 <= int(which) <= len(st.session):
+        name = st.session[int(which) - 1]
+    elif which in ("inc", "dec"):
+        if not st.session:
+            raise Problem(Code.CONFLICT, f"there is no recorded scan to {'increment' if which == 'inc' else 'decrement'} from")
+        k = _session_index(st, st.pointer.name) if st.pointer else -1
+        name = st.session[(k + (1 if which == "inc" else -1)) % len(st.session)]
+    else:
+        hits = [s for s in st.session if which.lower() in s.lower()]
+        name = hits[0] if hits else which
+    length = int(_scan_on_disk(st, name)["bytes"])
+    start = _offset(c.param(1), 0, length, length, "start")
+    end = _offset(c.param(2), start, length, length, "stop") if c.param(2) else length
+    if not 0 <= start <= end <= length:
+        raise Problem(Code.BAD_PARAMETER, "scan pointer offset(s) are out of bound")
+    st.pointer = ScanPointer(name, start, end)
+    return reply(c)
+
+
+def _offset(text: str, base: int, length: int, default: int, what: str) -> int:
+    """A byte offset of scan_set: `s` (start), `c` (middle), `e` (end less 1 MB), `+N`
+    (after ``base``) or `-N` (before the end); a plain number is refused, as by jive5ab."""
+    if not text:
+        return default if what == "stop" else 0
+    fixed = {"s": 0, "c": length // 2, "e": max(length - 1_000_000, 0), "s+": 65536}
+    if text in fixed:
+        return fixed[text]
+    if text[0] in "+-" and text[1:].isdigit():
+        n = int(text[1:])
+        return base + n if text[0] == "+" else length - n
+    if text.isdigit():
+        raise Problem(Code.BAD_PARAMETER, "only relative byte numbers allowed in this command - +N from the start, -N from the end")
+    raise Problem(Code.BAD_PARAMETER, f"{what} '{text}' - give s, c, e, +<bytes> or -<bytes>")
+
+
+def scan_check(st: Station, c: Command) -> Reply:
+    query_only(c)
+    st.await_drain()
+    if st.pointer is None:
+        raise Problem(Code.BAD_PARAMETER, "no scan name given - record a scan or choose one with scan_set=<scan>")
+    name = st.pointer.name
+    found = _scan_on_disk(st, name)
+    if found.get("error"):
+        raise Problem(Code.ERROR, f"'{name}' cannot be read - {found['error']}")
+    fs = int(found["frame_size"])
+    first, last = found.get("first"), found.get("last")
+    if not fs or not first or not last:
+        return reply(c, "?", name, "?")
+    summary = st.summaries.get(name)
+    # Frames per second per thread: as the recording learned it, or from the mode.
+    fps = (summary.seconds[0]["frames_per_second"] if summary and summary.seconds else 0) or (st.mode.frames_per_second if st.mode else 0)
+    threads = len(summary.threads) if summary and summary.threads else 1
+    t0, t1 = _iso(first["time"]), _iso(last["time"])
+    tracks = (st.mode.tracks if st.mode else 0) * threads
+    fields: list[object] = ["?", name, "VDIF", tracks or "?"]
+    frames = int(found["bytes"]) // fs
+    if fps:
+        t0 = t0 + _dt.timedelta(seconds=int(first["frame"]) / fps) if t0.microsecond == 0 else t0
+        duration = frames / (fps * threads)
+        payload_bits = frames * (st.mode.payload if st.mode else fs - 32) * 8
+        rate = f"{ostream_num(payload_bits / duration / tracks / 1e6)}Mbps" if tracks and duration > 0 else "?"
+        fields += [vex_time(t0), f"{ostream_num(duration)}s", rate]
+    else:
+        fields += [f"{t0:%Y}y{t0.timetuple().tm_yday:03d}d{t0:%Hh%Mm%S}.***s", f"{int((t1 - t0).total_seconds())}.****s", "?"]
+    fields.append(summary.frames_lost * fs if summary else "?")
+    fields.append(fs)
+    return reply(c, *fields)
+
+
+def disk2file(st: Station, c: Command) -> Reply:
+    if c.query:
+        d = st.d2f
+        if d is not None and d.active:
+            return reply(c, "active", d.path, d.start, d.done, d.end, d.mode)
+        if d is not None and d.error:
+            return reply(c, "inactive", d.path, one_field(f"failed - {d.error}"))
+        return reply(c, "inactive", *([st.last_d2f] if st.last_d2f else []))
+    st.await_drain()
+    st.idle_only(c)
+    if st.d2f is not None and st.d2f.active:
+        raise Problem(Code.CONFLICT, "not whilst disk2file is in progress")
+    if st.pointer is None:
+        raise Problem(Code.CONFLICT, "no scan was set using scan_set= (or recorded)")
+    p = st.pointer
+    length = int(_scan_on_disk(st, p.name)["bytes"])
+    target = _target(st, c.param(0) or f"{p.name}.vdif")
+    start_s, end_s = c.param(1), c.param(2)
+    if start_s[:1] in ("+", "-"):
+        raise Problem(Code.BAD_PARAMETER, "relative byteoffsets not allowed here - give the start byte")
+    start = int(start_s) if start_s.isdigit() else p.start
+    if end_s.startswith("+") and end_s[1:].isdigit():
+        end = start + int(end_s[1:])
+    elif end_s.isdigit():
+        end = int(end_s)
+    elif end_s:
+        raise Problem(Code.BAD_PARAMETER, f"end '{end_s}' - give a byte number or +<bytes>")
+    else:
+        end = p.end or length
+    if start_s and not start_s.isdigit():
+        raise Problem(Code.BAD_PARAMETER, f"start '{start_s}' - give a byte number")
+    if not 0 <= start <= end <= length:
+        raise Problem(Code.BAD_PARAMETER, f"bytes {start}..{end} are outside the scan (0..{length})")
+    mode = c.param(3, "n")
+    if mode not in ("n", "w", "a", "resume"):
+        raise Problem(Code.BAD_PARAMETER, "open mode must be n, w, a or resume")
+    try:
+        st.d2f = Disk2File(p.name, st.all_disks, target, start, end, mode)
+    except OSError as exc:
+        raise Problem(Code.ERROR, f"cannot open {target} - {exc.strerror or exc}") from None
+    st.last_d2f = str(target)
+    return reply(c, code=Code.STARTED)
+
+
+def _target(st: Station, text: str) -> Path:
+    """A disk2file target: relative to the gather directory, and never outside it."""
+    path = (st.gather_dir / text).resolve()
+    if path != st.gather_dir and st.gather_dir not in path.parents:
+        raise Problem(Code.BAD_PARAMETER, f"{text} is outside the gather directory {st.gather_dir} (serve --gather-dir)")
+    if not path.parent.is_dir():
+        raise Problem(Code.BAD_PARAMETER, f"{path.parent} is not a directory")
+    return path
+
+
+def reset(st: Station, c: Command) -> Reply:
+    if c.query:
+        raise Problem(Code.NOT_NOW, "only implemented as command")
+    if c.param(0) != "abort":
+        raise Problem(Code.BAD_PARAMETER, f"reset '{c.param(0)}' - vdifrec takes reset=abort (stops disk2file)")
+    if st.d2f is not None and st.d2f.active:
+        st.d2f.abort()
+    return reply(c)
+
+
+def _session_index(st: Station, name: str) -> int:
+    return st.session.index(name) if name in st.session else -1
+
+
+def _scan_on_disk(st: Station, name: str) -> dict[str, Any]:
+    """Scan ``name`` as ``vdifrec scans`` lists it, looked up by its name alone (a full
+    FlexBuff holds thousands of scans; listing them all would hold every client up)."""
+    try:
+        found: dict[str, Any] = json.loads(_core.scan_info(name, st.all_disks))
+    except FileNotFoundError:
+        raise Problem(Code.ERROR, f"'{name}' does not exist in Mk6/VBS format") from None
+    except _core.ArgumentError:
+        raise Problem(Code.ERROR, f"'{name}' exists in both Mk6/VBS formats") from None
+    except (_core.FormatError, _core.GapError, OSError) as exc:
+        raise Problem(Code.ERROR, f"'{name}' cannot be read - {exc}") from None
+    return found
+
+
+def _iso(text: str) -> _dt.datetime:
+    return _dt.datetime.fromisoformat(text.rstrip("Z")[:26]).replace(tzinfo=_dt.timezone.utc)
