@@ -5,7 +5,7 @@ time and writes only between ``record=on`` and ``record=off``, and the table tha
 command to its handler. What each command does is in ``vsi.commands``, one module per family.
 
 Replies follow jive5ab 3.1 in FlexBuff mode, field for field (docs/reference/formats/vsi.md).
-Where they differ it is said in the README's Field System section. A failing command changes
+Where they differ it is said in docs/reference/formats/vsi.md. A failing command changes
 nothing: a new configuration is checked by the engine before the running recorder is touched,
 and commands that would disturb a scan in progress are refused with code 6.
 """
@@ -22,7 +22,7 @@ from .. import _core
 from ..recorder import Recorder
 from ..reports import ScanSummary, Stats
 from ..scans import expand_disks
-from .commands import identity, recording, scans, setup
+from .commands import configure, identity, recording, scans
 from .common import Mode, Problem, ScanPointer, one_field
 from .protocol import Code, Command, Reply, SyntaxProblem, parse, split_line
 
@@ -44,12 +44,12 @@ HANDLERS: dict[str, Handler] = {
     "dts_id": identity.dts_id,
     "os_rev": identity.os_rev,
     "status": identity.status,
-    "mode": setup.mode,
-    "net_protocol": setup.net_protocol,
-    "mtu": setup.mtu,
-    "net_port": setup.net_port,
-    "datastream": setup.datastream,
-    "set_disks": setup.set_disks,
+    "mode": configure.mode,
+    "net_protocol": configure.net_protocol,
+    "mtu": configure.mtu,
+    "net_port": configure.net_port,
+    "datastream": configure.datastream,
+    "set_disks": configure.set_disks,
     "record": recording.record,
     "evlbi": recording.evlbi,
     "rtime": recording.rtime,
