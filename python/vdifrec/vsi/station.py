@@ -4,7 +4,7 @@
 time and writes only between ``record=on`` and ``record=off``.
 
 Replies follow jive5ab 3.1 in FlexBuff mode, field for field (REFERENCE.md "VSI-S"). Where they
-differ it is said in the README's Field System section. A failing command changes nothing: a
+differ it is said in docs/reference/formats/vsi.md. A failing command changes nothing: a
 new configuration is checked by the engine before the running recorder is touched, and commands
 that would disturb a scan in progress are refused with code 6.
 """
