@@ -8,7 +8,7 @@ STAMP := $(VENV)/.vdifrec-installed
 # The extension is rebuilt (release, incremental) whenever the Rust or the packaging changes.
 SOURCES := $(shell find src -name '*.rs') benches/baseline.rs Cargo.toml Cargo.lock pyproject.toml
 
-.PHONY: help install demo test test-rust test-python wheel test-wheel bench soak fuzz lint format clean
+.PHONY: help install demo test test-rust test-python docs wheel test-wheel bench soak fuzz lint format clean
 
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := header_parse frame_validate datagram_classify
@@ -37,6 +37,19 @@ test-rust: ## only the Rust unit tests
 
 test-python: $(STAMP) ## only pytest
 	$(PY) -m pytest -q
+
+# The documentation site: Sphinx (MyST pages, numpydoc, sphinx-argparse) from the `docs` extra,
+# installed on top of the development set-up; warnings are errors.
+DOCS_TOOLS := $(VENV)/.docs-tools
+
+# Only the extra's packages: vdifrec itself is already installed (in place) by $(STAMP).
+$(DOCS_TOOLS): $(STAMP)
+	$(PY) -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['docs']))" \
+		| $(PY) -m pip install --quiet --disable-pip-version-check -r /dev/stdin
+	@touch $@
+
+docs: $(DOCS_TOOLS) ## the documentation site (user and operator guides, API, command reference) into docs/_build/html
+	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 
 # The wheel: release build without the benchmarks' baselines (pyproject's features), the `dist`
 # profile (no debug line tables), abi3 for Python 3.10 and later, linked by zig against glibc
@@ -79,4 +92,4 @@ format: ## cargo fmt
 
 clean: ## remove the build and the virtual environment
 	cargo clean
-	rm -rf $(VENV) .pytest_cache .mypy_cache dist
+	rm -rf $(VENV) .pytest_cache .mypy_cache dist docs/_build

@@ -1,7 +1,7 @@
 """The control room's costs at the reference rate (8.224 Gbit/s on loopback), each against a
 baseline recorded in the same run:
 
-(a) the README's live-view example, run as written for BENCH_LIVE_SECONDS (30 s): a view of
+(a) the live-view example of docs/user/scripts.md, run as written for BENCH_LIVE_SECONDS (30 s): a view of
     1/16 of a second and its spectrum, once a second, while recording with the default ring;
     frames lost, spectra computed and stale views counted, against the same recording without
     the views;
@@ -46,7 +46,7 @@ def cpu_per_frame(s: vdifrec.Summary) -> float:
 
 
 def record(seconds: float, *, views: bool = False, write: bool | None = None, **options: Any) -> tuple[vdifrec.Summary, dict[str, Any]]:
-    """Records the reference stream for `seconds`; with `views`, the README's example each second."""
+    """Records the reference stream for `seconds`; with `views`, the docs' live-view example each second."""
     folder = Path(tempfile.mkdtemp(dir=os.environ.get("BENCH_DIR")))
     if write is None:
         write = os.environ.get("BENCH_LIVE_WRITE") == "1"
@@ -66,7 +66,7 @@ def record(seconds: float, *, views: bool = False, write: bool | None = None, **
                 if str(p) != cur:
                     p.unlink(missing_ok=True)
         if views:
-            # The README's example: 1/16 of a second from the ring, its spectrum, at once.
+            # The docs' example (docs/user/scripts.md): 1/16 of a second from the ring, its spectrum, at once.
             try:
                 with rec.view(FPS // 16) as frames:
                     vdifrec.spectrum(frames, nfft=1024, sample_rate=RATE)
@@ -87,7 +87,7 @@ def main() -> dict[str, float]:
     base, _ = record(seconds)
     viewed, v = record(seconds, views=True)
     report(
-        f"(a) the README's live view (1/16 s and its spectrum, once a second), {seconds:g} s at 8.224 Gbit/s, default ring",
+        f"(a) the docs' live view (1/16 s and its spectrum, once a second), {seconds:g} s at 8.224 Gbit/s, default ring",
         [
             ("spectra computed", v["spectra"], ""),
             ("views found stale (StaleViewError)", v["stale"], ""),

@@ -7,7 +7,8 @@ the counters the recorder served, and say plainly when the recorder stops answer
 
 Chromium is driven over the DevTools protocol (tests/browser.py); without it these tests are
 skipped (apt-get install chromium). A screenshot of each run is left in tests/artifacts/; with
-VDIFREC_PAGE_SCREENSHOT=docs the real one is also copied to docs/page.png for the README.
+VDIFREC_PAGE_SCREENSHOT=docs the real one is also copied to docs/_static/page.png for the docs
+(docs/operator/control-room.md).
 """
 
 from __future__ import annotations
@@ -374,7 +375,7 @@ def test_page_of_a_real_recorder(browser: Browser) -> None:
         assert browser.evaluate("document.querySelectorAll('.latency canvas').length") >= 1
         docs = os.environ.get("VDIFREC_PAGE_SCREENSHOT") == "docs"
         if docs:
-            # For the README: some seconds of history in the chart.
+            # For the docs' picture: some seconds of history in the chart.
             browser.wait_for("window.vdifrecPage.historyRows.length >= 8", timeout=15)
         shot = browser.screenshot(ARTIFACTS / "page.png")
         browser.drain()
@@ -386,8 +387,8 @@ def test_page_of_a_real_recorder(browser: Browser) -> None:
         browser.wait_for("document.body.dataset.connection === 'lost'", timeout=5)
         assert "recorder not answering since" in browser.evaluate("document.getElementById('banner').innerText")
         if docs:
-            (ROOT / "docs").mkdir(exist_ok=True)
-            shutil.copyfile(shot, ROOT / "docs" / "page.png")
+            (ROOT / "docs" / "_static").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(shot, ROOT / "docs" / "_static" / "page.png")
     finally:
         if sender is not None:
             sender.stop()

@@ -180,9 +180,9 @@ class Recorder:
         Test aid: ``{disk: "full@64MiB"}`` or ``"error@1GiB"`` makes that disk fill or fail
         after so many bytes (it then leaves the set; its chunk goes to another disk).
 
-    Zero-copy views
-    ---------------
-    ``latest(n)``, ``frames(first, n)`` and ``with view(n) as frames:`` return read-only
+    Notes
+    -----
+    Zero-copy views: ``latest(n)``, ``frames(first, n)`` and ``with view(n) as frames:`` return read-only
     ``(n, frame_size)`` uint8 arrays (``RingFrames``) whose memory is the ring itself: nothing is
     copied, two overlapping views share memory, and a view stays usable after the Recorder is
     gone. The recording comes first: a view *yields* to the capture, which overwrites its frames

@@ -24,8 +24,8 @@ def check(
     disks: Disks | None = None,
     format: str | None = None,  # noqa: A002
 ) -> dict[str, Any]:
-    """Checks a VDIF file, or a scan on several disks, in one pass and returns the report (the
-    keys are documented in the README).
+    """Checks a VDIF file, or a scan on several disks, in one pass and returns the report (its
+    keys are documented in the reference, ``docs/reference/formats/check.md``).
 
     Parameters
     ----------

@@ -34,7 +34,7 @@ class Spectrum:
         Frequency of each spectral channel in Hz (baseband: 0 .. fs/2 for real data,
         −fs/2 .. fs/2 for complex data); in cycles per sample when no sample rate is known.
     power : ndarray
-        Mean |X|² per (thread, channel, spectral channel), unnormalised FFT (no window).
+        Mean ``|X|²`` per (thread, channel, spectral channel), unnormalised FFT (no window).
     nfft : int
         Spectral channels across the band.
     nint : int

@@ -86,7 +86,7 @@ def add_check(sub: Any) -> None:
     add_disk_arguments(p, required=False)
     p.add_argument("--fps", type=integer, help="frames per second per thread (default: learned)")
     p.add_argument("--frame-size", type=integer, help="frame size in bytes (default: from the first header)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON (keys in the README)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (keys: docs/reference/formats/check.md)")
     p.add_argument("--seconds", action="store_true", help="print every second's counts, not only problem seconds")
     p.set_defaults(func=_run_check)
 

@@ -182,7 +182,7 @@ def fringe_test(
         (default 0). With several, each is searched and the row gives the one with the highest
         SNR (``channel``; ``snr_by_channel`` has them all).
     max_delay : int, optional
-        The largest |delay| searched, in samples (after the clock offsets).
+        The largest ``|delay|`` searched, in samples (after the clock offsets).
     clock_offset : mapping, optional
         ``{station: seconds}``: how far each station's VDIF time stamps are ahead of true time
         (a correlator's clock model), applied to the nearest sample before the search; the

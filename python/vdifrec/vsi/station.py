@@ -4,8 +4,8 @@ protocol, ports, disks, data streams, the session's scans, the scan set for
 time and writes only between ``record=on`` and ``record=off``, and the table that hands each
 command to its handler. What each command does is in ``vsi.commands``, one module per family.
 
-Replies follow jive5ab 3.1 in FlexBuff mode, field for field (docs/reference/formats/vsi.md).
-Where they differ it is said in docs/reference/formats/vsi.md. A failing command changes
+Replies follow jive5ab 3.1 in FlexBuff mode, field for field; where they differ
+docs/reference/formats/vsi.md says so. A failing command changes
 nothing: a new configuration is checked by the engine before the running recorder is touched,
 and commands that would disturb a scan in progress are refused with code 6.
 """
