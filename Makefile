@@ -8,7 +8,7 @@ STAMP := $(VENV)/.vdifrec-installed
 # The extension is rebuilt (release, incremental) whenever the Rust or the packaging changes.
 SOURCES := $(shell find src -name '*.rs') benches/baseline.rs Cargo.toml Cargo.lock pyproject.toml
 
-.PHONY: help install demo test test-rust test-python docs wheel test-wheel bench soak fuzz lint format clean
+.PHONY: help install demo check test test-rust test-python docs wheel test-wheel bench bench-tiny soak soak-short fuzz lint format clean
 
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := header_parse frame_validate datagram_classify
@@ -20,10 +20,10 @@ $(PY):
 	python3 -m venv $(VENV)
 
 $(STAMP): $(PY) $(SOURCES)
-	MATURIN_PEP517_ARGS="--features python,bench" $(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,plot]'
+	MATURIN_PEP517_ARGS="--features python,bench" $(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,plot,docs]'
 	@touch $@
 
-install: $(STAMP) ## create .venv, build vdifrec (release, with the benchmarks' baselines) and install it with the test extras
+install: $(STAMP) ## create .venv, build vdifrec (release, with the benchmarks' baselines) and install it with the test and docs extras
 
 demo: $(STAMP) ## the main job on the built-in example, with the per-second table and summary
 	$(VENV)/bin/vdifrec demo
@@ -32,6 +32,15 @@ test: $(STAMP) ## every test: cargo test, pytest (API, command line, baseband or
 	cargo test --quiet
 	$(PY) -m pytest -q
 
+# The inner loop, before each commit: formatting, lints, types, the Rust unit tests and the
+# quick part of pytest (tests marked `slow` left out: `make test` runs them), in about 3 minutes.
+check: $(STAMP) ## before each commit: cargo fmt --check, clippy, mypy, cargo test, the quick pytest tests
+	cargo fmt --check
+	cargo clippy --all-targets --features python,bench --quiet -- -D warnings
+	$(PY) -m mypy
+	cargo test --quiet
+	$(PY) -m pytest -q -x -m "not slow"
+
 test-rust: ## only the Rust unit tests
 	cargo test --quiet
 
@@ -39,17 +48,9 @@ test-python: $(STAMP) ## only pytest
 	$(PY) -m pytest -q
 
 # The documentation site: Sphinx (MyST pages, numpydoc, sphinx-argparse) from the `docs` extra,
-# installed on top of the development set-up; warnings are errors.
-DOCS_TOOLS := $(VENV)/.docs-tools
-
-# Only the extra's packages: vdifrec itself is already installed (in place) by $(STAMP).
-$(DOCS_TOOLS): $(STAMP)
-	$(PY) -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['docs']))" \
-		| $(PY) -m pip install --quiet --disable-pip-version-check -r /dev/stdin
-	@touch $@
-
-docs: $(DOCS_TOOLS) ## the documentation site (user and operator guides, API, command reference) into docs/_build/html
-	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+# which $(STAMP) installs; warnings are errors.
+docs: $(STAMP) ## the documentation site (user and operator guides, API, command reference) into docs/_build/html
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 # The wheel: release build without the benchmarks' baselines (pyproject's features), the `dist`
 # profile (no debug line tables), abi3 for Python 3.10 and later, linked by zig against glibc
@@ -71,8 +72,14 @@ test-wheel: wheel ## install the wheel into fresh environments of each Python 3.
 bench: $(STAMP) ## benchmarks, each against a baseline measured in the same run (ratios, medians)
 	$(PY) benches/run.py
 
+bench-tiny: $(STAMP) ## every benchmark at a size that takes seconds (figures meaningless; CI runs it so none rots)
+	$(PY) benches/run.py --tiny
+
 soak: $(STAMP) ## 10 minutes at 8.224 Gbit/s on loopback, every file checked against what was sent (SOAK_SECONDS)
 	$(PY) benches/soak.py
+
+soak-short: $(STAMP) ## the soak for 4 s at 41 Mbit/s (CI runs it, so that it cannot rot)
+	SOAK_SECONDS=4 SOAK_FPS=5000 SOAK_RING=64MiB SOAK_FILE_SIZE=16MiB $(PY) benches/soak.py
 
 fuzz: ## each fuzz target for FUZZ_SECONDS (default 30) with cargo fuzz on the stable compiler
 	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked

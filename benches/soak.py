@@ -1,18 +1,18 @@
 """`make soak`: the original system's 10-minute test, on loopback.
 
 Records the reference stream (125000 frames/s of 8224 bytes = 8.224 Gbit/s; SOAK_FPS sets another
-rate) for SOAK_SECONDS (default 600) with the sender on the same machine. Files rotate every SOAK_FILE_SIZE (default
-8GiB); each closed file is compared frame by frame, and for order, with what the sender sent
-(regenerated, not stored; O_DIRECT reads at idle priority, so checking takes only what the
-recording leaves) and deleted, so the 617 GB of a full run never need to fit on disk. Where
-checking cannot keep pace, the oldest unchecked files are deleted to keep three files' worth
-of space free, and counted as skipped. Prints the per-second table and the summary; passes
-when the loss is at most 0.05 % (the original target), the invariant holds, every checked
-frame is what was sent, in order, and every recorded frame is either checked or skipped.
+rate) for SOAK_SECONDS (default 600) with the sender on the same machine, into a ring of SOAK_RING
+(default 4GiB). Files rotate every SOAK_FILE_SIZE (default 8GiB); each closed file is compared
+frame by frame, and for order, with what the sender sent (regenerated, not stored; O_DIRECT reads
+at idle priority, so checking takes only what the recording leaves) and deleted, so the 617 GB of a
+full run never need to fit on disk. Where checking cannot keep pace, the oldest unchecked files are
+deleted to keep three files' worth of space free, and counted as skipped. Prints the per-second
+table and the summary; passes when the loss is at most 0.05 % (the original target), the invariant
+holds, every checked frame is what was sent, in order, and every recorded frame is either checked
+or skipped.
 
-CI runs it for a few seconds at a low rate (`SOAK_SECONDS=4 SOAK_FPS=5000 SOAK_RING=64MiB
-SOAK_FILE_SIZE=16MiB`), so that it cannot rot unnoticed; the figure that counts is the 10-minute
-run at the reference rate.
+CI runs it for a few seconds at a low rate (`make soak-short`), so that it cannot rot unnoticed;
+the figure that counts is the 10-minute run at the reference rate.
 """
 
 from __future__ import annotations
