@@ -11,6 +11,8 @@
 //!   counted by the same code.
 //! - [`tools`]: test sources and helpers: the sender, the signal generator, read-back.
 //!   Uses `vdif`.
+//! - [`transfer`]: shipping scans to the correlator (`vdifrec push` / `receive`) over parallel
+//!   TCP streams. Uses `vdif` to read what it ships; never `record`: it ships what is on disk.
 //! - [`options`]: how user-given options become configurations (one error naming the
 //!   parameter, sizes, addresses); [`units`], [`affinity`]: small utilities every stage may
 //!   use (byte sizes, CPU pinning).
@@ -27,6 +29,7 @@ pub mod defaults;
 pub mod options;
 pub mod record;
 pub mod tools;
+pub mod transfer;
 pub mod units;
 pub mod vdif;
 

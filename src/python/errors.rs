@@ -11,7 +11,7 @@ use crate::record::ring::RingError;
 use crate::tools::gather::GatherError;
 use crate::tools::generate::GenerateError;
 use crate::tools::sender::SendError;
-use crate::tools::transfer::TransferError as CoreTransferError;
+use crate::transfer::TransferError as CoreTransferError;
 use crate::vdif::decode::DecodeError;
 use crate::vdif::file::FileError;
 use crate::vdif::header::HeaderError as CoreHeaderError;

@@ -1,7 +1,7 @@
 //! Sources and helpers around a recording: a paced VDIF sender (a FILA10G stand-in), the
 //! synthetic signal generator it and `vdifrec generate` share, read-back of written files,
-//! the gathering of a scan spread over disks into one file, the disk write test of `vdifrec doctor`,
-//! and the shipping of scans to the correlator (`transfer`: push and receive).
+//! the gathering of a scan spread over disks into one file, and the disk write test of
+//! `vdifrec doctor`.
 //!
 //! Uses `vdif` (and `units`, `affinity`); never `record` or `analysis`.
 
@@ -10,4 +10,3 @@ pub mod gather;
 pub mod generate;
 pub mod readback;
 pub mod sender;
-pub mod transfer;

@@ -8,6 +8,9 @@
 //! only then gives it its name. How many connections is chosen from measured throughput and
 //! both hosts' CPU use (`streams`). Both ends prove that they hold a shared token
 //! (`auth`); the receiver writes only names it accepts (`names`) below its directory.
+//!
+//! A stage of its own beside `record`: it runs after (or while) scans are recorded and reads
+//! them from disk with `vdif::scan`, so it uses `vdif`, `options` and `units`, never `record`.
 
 pub mod auth;
 pub mod blocks;
