@@ -4,7 +4,7 @@
 //! Uses `vdif` for frames and samples, and `record::accounting` / `record::classify` for the
 //! check, so that a file and a live recording are counted by the same code. The record stage
 //! never uses this one (its live monitor is handed `live::analyser()` by whoever starts it). Only the
-//! tests use `tools` (the generator makes their signals).
+//! tests use `sources` (the generator makes their signals).
 
 pub mod bstate;
 pub mod check;

@@ -7,7 +7,7 @@
 //! publish `stats`; `status` serves those snapshots over HTTP without ever blocking the capture,
 //! with how full the disks are (`diskspace`, asked of their file systems by the status thread).
 //!
-//! Uses `vdif` (and the small `units`, `affinity`); never `analysis` or `tools`.
+//! Uses `vdif` (and the small `units`, `affinity`); never `analysis`, `sources` or `transfer`.
 
 pub mod accounting;
 pub mod capture;

@@ -977,8 +977,8 @@ impl Drop for Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::generate::SignalSpec;
-    use crate::tools::sender::{parse_drops, SendConfig, Sender};
+    use crate::sources::generate::SignalSpec;
+    use crate::sources::sender::{parse_drops, SendConfig, Sender};
     use crate::vdif::layout;
     use crate::vdif::Header;
 
