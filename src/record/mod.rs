@@ -23,4 +23,5 @@ pub mod scan;
 pub mod shared;
 pub mod stats;
 pub mod status;
+pub mod target;
 pub mod writer;
