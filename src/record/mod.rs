@@ -23,5 +23,6 @@ pub mod scan;
 pub mod shared;
 pub mod stats;
 pub mod status;
+pub mod summary;
 pub mod target;
 pub mod writer;
