@@ -3,7 +3,8 @@
 //! - `header`: a VDIF header; `file`: the file reader and decoding (`vdif`);
 //! - `scan`: scans on several disks, listed and gathered (`vdif::scan`, `vdif::gather`);
 //! - `recorder`: the recorder and its views of the ring (`record`);
-//! - `analysis`: spectra, fringes, tones, bit states and the file check (`analysis`);
+//! - `spectrum` (and tones), `fringe`, `bstate`, `check`: the analyses (`analysis`), one
+//!   file each;
 //! - `sources`: the sender, the generator and the comparison with what was sent (`sources`);
 //! - `transfer`: push and receive (`transfer`); `doctor`: the host probes (`doctor`);
 //! - `errors`: every exception, and the one place core errors become them;
@@ -12,16 +13,19 @@
 //! Each converts arguments, runs the core in `py.detach`, and converts back; nothing here
 //! decides what a Rust user would also need.
 
-mod analysis;
 #[cfg(feature = "bench")]
 mod baseline;
+mod bstate;
+mod check;
 mod doctor;
 mod errors;
 mod file;
+mod fringe;
 mod header;
 mod recorder;
 mod scan;
 mod sources;
+mod spectrum;
 mod transfer;
 
 use pyo3::prelude::*;
@@ -94,7 +98,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<recorder::PyRecorder>()?;
     m.add_class::<recorder::RingView>()?;
     sources::register(m)?;
-    analysis::register(m)?;
+    spectrum::register(m)?;
+    fringe::register(m)?;
+    bstate::register(m)?;
+    check::register(m)?;
     scan::register(m)?;
     transfer::register(m)?;
     #[cfg(feature = "bench")]

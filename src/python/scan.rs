@@ -1,6 +1,6 @@
 //! Scans on several disks (`vdif::scan`): the listing, and the gathering of one into a file
 //! (`vdif::gather`). Opening a scan for samples is `FileReader.scan` (`file.rs`), its check
-//! `check_scan` (`analysis.rs`).
+//! `check_scan` (`check.rs`).
 
 use super::errors::{gather_err, scan_err, ArgumentError};
 use super::to_json;
