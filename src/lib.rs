@@ -15,10 +15,12 @@
 //!   compares a recording with what was sent. Uses `vdif`.
 //! - [`transfer`]: shipping scans to the correlator (`vdifrec push` / `receive`) over parallel
 //!   TCP streams. Uses `vdif` to read what it ships; never `record`: it ships what is on disk.
-//! - [`doctor`]: host probes for `vdifrec doctor` (the disk write test).
+//! - [`doctor`]: host probes for `vdifrec doctor` (the disk write test), beside the stages:
+//!   it checks the host, not a stream.
 //! - [`options`]: how user-given options become configurations (one error naming the
-//!   parameter, sizes, addresses); [`units`], [`affinity`]: small utilities every stage may
-//!   use (byte sizes, CPU pinning).
+//!   parameter, sizes, addresses); [`units`]: byte sizes and rates as people write them;
+//!   [`affinity`]: pinning threads to CPUs and the recorder's policy of which goes where, on
+//!   plain CPU lists. Below every stage, which may all use them.
 //! - [`defaults`]: every option's default in one document, read from the types that own them
 //!   (it sits above the stages it reads).
 //!
