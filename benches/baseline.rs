@@ -197,7 +197,7 @@ pub fn writer_throughput(
 
 /// One frame with a valid header, copied into every slot by `feed`.
 fn bench_frame(frame_size: usize) -> Result<Vec<u8>, String> {
-    let header = crate::tools::generate::SignalSpec {
+    let header = crate::sources::generate::SignalSpec {
         frame_size,
         ref_epoch: Some(53),
         start_second: Some(0),
@@ -298,7 +298,7 @@ pub fn capture_stage_costs(frames: u64, span: usize) -> Result<StageCosts, Strin
     use crate::record::classify::StreamFormat;
     let fs = 8224usize;
     let fps = 125_000u32;
-    let header = crate::tools::generate::SignalSpec {
+    let header = crate::sources::generate::SignalSpec {
         ref_epoch: Some(53),
         start_second: Some(0),
         ..Default::default()

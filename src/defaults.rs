@@ -5,8 +5,8 @@
 
 use crate::analysis::check::CheckOptions;
 use crate::record::config::RecorderOptions;
-use crate::tools::generate::{GenerateOptions, SignalSpec};
-use crate::tools::sender::SendOptions;
+use crate::sources::generate::{GenerateOptions, SignalSpec};
+use crate::sources::sender::SendOptions;
 use serde_json::{json, Value};
 
 /// The defaults, by part.

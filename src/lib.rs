@@ -2,18 +2,25 @@
 //!
 //! The tree reads as the data path, and dependencies point down it:
 //!
-//! - [`vdif`]: the format alone: headers, sample decoding, files, time. Uses nothing else.
+//! - [`vdif`]: the format, and reading it back from disk: headers, sample decoding, time, a
+//!   file, a scan spread over disks (vbs, Mark6) and its gathering into one file. Uses nothing
+//!   else.
 //! - [`record`]: the recording path: capture backends, classification, accounting, the ring,
-//!   the writer, the recorder that wires them, its statistics and status endpoint. Uses
-//!   `vdif`; never `analysis` or `tools`.
+//!   the writer, scans on several disks, the recorder that wires them, its statistics and
+//!   status endpoint. Uses `vdif`; never `analysis`, `sources` or `transfer`.
 //! - [`analysis`]: what a scientist checks: spectra, fringes, tones, bit states, the file
 //!   check. Uses `vdif`, and `record`'s accounting so that a file and a live recording are
 //!   counted by the same code.
-//! - [`tools`]: test sources and helpers: the sender, the signal generator, read-back.
-//!   Uses `vdif`.
+//! - [`sources`]: the test sources: the paced sender, the synthetic signal, the read-back that
+//!   compares a recording with what was sent. Uses `vdif`.
+//! - [`transfer`]: shipping scans to the correlator (`vdifrec push` / `receive`) over parallel
+//!   TCP streams. Uses `vdif` to read what it ships; never `record`: it ships what is on disk.
+//! - [`doctor`]: host probes for `vdifrec doctor` (the disk write test), beside the stages:
+//!   it checks the host, not a stream.
 //! - [`options`]: how user-given options become configurations (one error naming the
-//!   parameter, sizes, addresses); [`units`], [`affinity`]: small utilities every stage may
-//!   use (byte sizes, CPU pinning).
+//!   parameter, sizes, addresses); [`units`]: byte sizes and rates as people write them;
+//!   [`affinity`]: pinning threads to CPUs and the recorder's policy of which goes where, on
+//!   plain CPU lists. Below every stage, which may all use them.
 //! - [`defaults`]: every option's default in one document, read from the types that own them
 //!   (it sits above the stages it reads).
 //!
@@ -24,9 +31,11 @@
 pub mod affinity;
 pub mod analysis;
 pub mod defaults;
+pub mod doctor;
 pub mod options;
 pub mod record;
-pub mod tools;
+pub mod sources;
+pub mod transfer;
 pub mod units;
 pub mod vdif;
 

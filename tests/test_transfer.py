@@ -444,6 +444,75 @@ def test_links_are_never_followed_and_garbage_never_stops_the_receiver(tmp_path:
     assert (incoming / "planted.vdif").read_bytes() == (tmp_path / "src" / "planted.vdif").read_bytes()
 
 
+def first_messages(s: socket.socket, until: float, most: int = 2) -> list[dict[str, Any] | None]:
+    """The first `most` messages a connection is sent by `until` (monotonic), in order; None
+    last if the receiver closed it first."""
+    got: list[dict[str, Any] | None] = []
+    buf = b""
+    while time.monotonic() < until and len(got) < most:
+        s.settimeout(max(0.01, until - time.monotonic()))
+        try:
+            chunk = s.recv(4096)
+        except TimeoutError:
+            break
+        except ConnectionResetError:
+            chunk = b""
+        if not chunk:
+            got.append(None)
+            break
+        buf += chunk
+        while len(got) < most and len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
+            n = struct.unpack(">I", buf[:4])[0]
+            got.append(json.loads(buf[4:4 + n]))
+            buf = buf[4 + n:]
+    return got
+
+
+def test_silent_connections_from_the_pushs_own_address_cannot_keep_it_out(tmp_path: Path, token: Path,
+                                                                         incoming: Path, receiver: Any) -> None:
+    # Anyone who reaches the port can open connections and say nothing. 40 of them, from the
+    # address the push comes from (all of this is 127.0.0.1), are held open while a scan is
+    # pushed with a short --retry-seconds: it must arrive whole. The receiver bounds the
+    # handshakes one address holds, answers the connections beyond them "busy" at once, and
+    # gives a silent connection's place to a newer one; the push asks again when told busy.
+    data = original(tmp_path).read_bytes()
+    disks = make_disks(tmp_path)
+    write_vbs(data, disks, "kv_quiet", [0, 1, 2, 0, 1, 2])
+    host, port = receiver.address.rsplit(":", 1)
+    silent: list[socket.socket] = []
+    try:
+        for _ in range(40):
+            silent.append(socket.create_connection((host, int(port)), timeout=5))
+        # Every one is answered at once, none left hanging: a challenge (it holds a place) or
+        # "busy", which a push tells from a broken connection.
+        until = time.monotonic() + 10
+        firsts = [(first_messages(s, until, most=1) or [None])[0] for s in silent]
+        answers = [m for m in firsts if m is not None]
+        assert len(answers) == 40, firsts
+        busy = [m for m in answers if m["type"] == "error"]
+        assert {m["type"] for m in answers} == {"hello", "error"}, answers
+        assert all(m["retry"] is True and m["message"].startswith("busy:") for m in busy), busy
+
+        p = push_cli("kv_quiet", "--disk", str(tmp_path / "disk*"), "--to", receiver.address,
+                     "--token-file", str(token), "--block-size", "64KiB", "--retry-seconds", "5")
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, out + err
+        assert "1 item(s)" in out and "all verified" in out, out
+        # Any wait it had is said, with the receiver's reason.
+        assert all("the receiver was busy (busy:" in n for n in out.splitlines() if n.startswith("note:")), out
+        assert (incoming / "kv_quiet").read_bytes() == data
+
+        # The silent connections are still open here; of those the receiver still serves (not
+        # answered "busy" since, nor closed), one address holds at most 4.
+        until = time.monotonic() + 1
+        holding = [s for s, m in zip(silent, firsts)
+                   if m is not None and m["type"] == "hello" and not first_messages(s, until)]
+        assert len(holding) <= 4, len(holding)
+    finally:
+        for s in silent:
+            s.close()
+
+
 # -- how many streams, how fast --------------------------------------------------------------
 
 

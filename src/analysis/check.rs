@@ -456,7 +456,7 @@ fn advise_sequential(file: &File) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::generate::{write_frames, SignalSpec};
+    use crate::sources::generate::{write_frames, SignalSpec};
     use std::io::Write;
 
     fn spec() -> SignalSpec {

@@ -1,11 +1,11 @@
 //! Fringes: the cross-correlation of two inputs (FX). This module sums the cross spectrum and
-//! both autospectra over FFTs; `fringe_search` turns such sums into the lag function and its
-//! peak (delay, amplitude, phase, SNR).
+//! both autospectra over FFTs into `CrossSums`; `fringe_search` turns such sums into the lag
+//! function and its peak (delay, amplitude, phase, SNR). The sums are the search's input, so
+//! they are defined there and this module uses the search, never the other way round.
 
-pub use crate::analysis::fringe_search::Fringe;
 use crate::analysis::fringe_search::{fringe_search, Search};
+pub use crate::analysis::fringe_search::{CrossSums, Fringe};
 use crate::analysis::spectrum::{parallel, FrameLayout, FrameSource, Plans, SpectrumError, Work};
-use realfft::num_complex::Complex;
 
 /// Cross-correlation of two streams: cross spectrum and autospectra, summed over FFTs.
 pub struct CrossAccumulator {
@@ -13,47 +13,6 @@ pub struct CrossAccumulator {
     complex: bool,
     plans: Plans,
     sums: CrossSums,
-}
-
-/// The cross spectrum (a × conj(b)) and both autospectra summed over `segments` FFTs, per
-/// spectral channel in the FFT's order. Sums of two stretches of time add.
-#[derive(Clone, Debug)]
-pub struct CrossSums {
-    pub cross: Vec<Complex<f64>>,
-    pub pa: Vec<f64>,
-    pub pb: Vec<f64>,
-    pub segments: u64,
-}
-
-impl CrossSums {
-    pub fn new(nfft: usize) -> CrossSums {
-        CrossSums {
-            cross: vec![Complex::default(); nfft],
-            pa: vec![0.0; nfft],
-            pb: vec![0.0; nfft],
-            segments: 0,
-        }
-    }
-
-    fn add(&mut self, a: &[Complex<f32>], b: &[Complex<f32>]) {
-        for k in 0..self.cross.len() {
-            let (x, y) = (a[k], b[k]);
-            let c = x * y.conj();
-            self.cross[k] += Complex::new(c.re as f64, c.im as f64);
-            self.pa[k] += x.norm_sqr() as f64;
-            self.pb[k] += y.norm_sqr() as f64;
-        }
-        self.segments += 1;
-    }
-
-    pub(crate) fn merge(&mut self, p: &CrossSums) {
-        for k in 0..self.cross.len() {
-            self.cross[k] += p.cross[k];
-            self.pa[k] += p.pa[k];
-            self.pb[k] += p.pb[k];
-        }
-        self.segments += p.segments;
-    }
 }
 
 /// The cross and auto spectra of input `ia` of `a` from sample `start.0` and input `ib` of

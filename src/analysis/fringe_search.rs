@@ -1,5 +1,6 @@
-//! The fringe search: from summed cross and auto spectra to the fringe (delay, fringe rate,
-//! amplitude, phase, SNR).
+//! The fringe search: from summed cross and auto spectra (`CrossSums`, which
+//! `fringe::CrossAccumulator` accumulates) to the fringe (delay, fringe rate, amplitude, phase,
+//! SNR).
 //!
 //! The lag function of a stretch of time is `lag[τ] = Σ_k C[k] e^{-2πi k τ / L}` over the
 //! spectral channels `k` the spectrum has (positive frequencies for real data, so the lag
@@ -12,11 +13,53 @@
 //! Strong tones (phase-cal, test tones) are common to both stations and would show as a flat
 //! lag function: their spectral channels are left out when `Search::exclude_tones` says so.
 
-use crate::analysis::fringe::CrossSums;
 use crate::analysis::spectrum::SpectrumError;
 use realfft::num_complex::Complex;
 use rustfft::FftPlanner;
 use serde::Serialize;
+
+/// The cross spectrum (a × conj(b)) and both autospectra summed over `segments` FFTs, per
+/// spectral channel in the FFT's order, as `fringe::CrossAccumulator` makes them. Sums of two
+/// stretches of time add.
+#[derive(Clone, Debug)]
+pub struct CrossSums {
+    pub cross: Vec<Complex<f64>>,
+    pub pa: Vec<f64>,
+    pub pb: Vec<f64>,
+    pub segments: u64,
+}
+
+impl CrossSums {
+    pub fn new(nfft: usize) -> CrossSums {
+        CrossSums {
+            cross: vec![Complex::default(); nfft],
+            pa: vec![0.0; nfft],
+            pb: vec![0.0; nfft],
+            segments: 0,
+        }
+    }
+
+    /// Adds one FFT segment: the spectra of a and b.
+    pub(crate) fn add(&mut self, a: &[Complex<f32>], b: &[Complex<f32>]) {
+        for k in 0..self.cross.len() {
+            let (x, y) = (a[k], b[k]);
+            let c = x * y.conj();
+            self.cross[k] += Complex::new(c.re as f64, c.im as f64);
+            self.pa[k] += x.norm_sqr() as f64;
+            self.pb[k] += y.norm_sqr() as f64;
+        }
+        self.segments += 1;
+    }
+
+    pub(crate) fn merge(&mut self, p: &CrossSums) {
+        for k in 0..self.cross.len() {
+            self.cross[k] += p.cross[k];
+            self.pa[k] += p.pa[k];
+            self.pb[k] += p.pb[k];
+        }
+        self.segments += p.segments;
+    }
+}
 
 /// How to search.
 #[derive(Clone, Debug, Default)]

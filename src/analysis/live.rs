@@ -119,7 +119,7 @@ pub fn analyse(frames: &[&[u8]], nfft: usize, fps: u32) -> Result<LiveReport, St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::generate::{write_frames, SignalSpec};
+    use crate::sources::generate::{write_frames, SignalSpec};
 
     #[test]
     fn the_generator_tone_and_bit_states_are_found() {

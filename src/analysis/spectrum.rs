@@ -691,11 +691,11 @@ impl SpectrumAccumulator {
 /// Gaussian noise of unit variance, for the analysis tests.
 #[cfg(test)]
 pub(crate) fn test_noise(n: usize, seed: u64) -> Vec<f32> {
-    let mut rng = crate::tools::generate::Rng::new(seed);
+    let mut rng = crate::sources::generate::Rng::new(seed);
     (0..n)
         .map(|_| {
             let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-            crate::tools::generate::inverse_normal_cdf(u.clamp(1e-12, 1.0 - 1e-12)) as f32
+            crate::sources::generate::inverse_normal_cdf(u.clamp(1e-12, 1.0 - 1e-12)) as f32
         })
         .collect()
 }

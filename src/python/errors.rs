@@ -5,15 +5,16 @@
 use crate::analysis::check::CheckError;
 use crate::analysis::spectrum::SpectrumError;
 use crate::options::ArgError;
+use crate::record::capture::open::OpenError;
 use crate::record::capture::udp::UdpError;
 use crate::record::recorder::{RecordError, ScanCommandError};
 use crate::record::ring::RingError;
-use crate::tools::gather::GatherError;
-use crate::tools::generate::GenerateError;
-use crate::tools::sender::SendError;
-use crate::tools::transfer::TransferError as CoreTransferError;
+use crate::sources::generate::GenerateError;
+use crate::sources::sender::SendError;
+use crate::transfer::TransferError as CoreTransferError;
 use crate::vdif::decode::DecodeError;
 use crate::vdif::file::FileError;
+use crate::vdif::gather::GatherError;
 use crate::vdif::header::HeaderError as CoreHeaderError;
 use crate::vdif::scan::ScanError;
 use pyo3::create_exception;
@@ -93,25 +94,28 @@ pub fn record_err(e: RecordError) -> PyErr {
     use crate::record::capture::{afpacket::AfPacketError, pfring::PfRingError};
     match e {
         RecordError::BadArgument(a) => arg_err(a),
-        RecordError::AfPacket(AfPacketError::NoInterface)
-        | RecordError::PfRing(PfRingError::NoInterface) => PyValueError::new_err(e.to_string()),
-        RecordError::Udp(UdpError::PortInUse { .. }) => PortInUseError::new_err(e.to_string()),
+        RecordError::Backend(OpenError::AfPacket(AfPacketError::NoInterface))
+        | RecordError::Backend(OpenError::PfRing(PfRingError::NoInterface)) => {
+            PyValueError::new_err(e.to_string())
+        }
+        RecordError::Backend(OpenError::Udp(UdpError::PortInUse { .. })) => {
+            PortInUseError::new_err(e.to_string())
+        }
         RecordError::Status { ref source, .. }
             if source.kind() == std::io::ErrorKind::AddrInUse =>
         {
             PortInUseError::new_err(e.to_string())
         }
         // An address that is not this host's is a bad option, as a malformed one is.
-        RecordError::Udp(UdpError::NotLocal { .. }) => ArgumentError::new_err(e.to_string()),
+        RecordError::Backend(OpenError::Udp(UdpError::NotLocal { .. })) => {
+            ArgumentError::new_err(e.to_string())
+        }
         RecordError::Status { ref source, .. }
             if source.kind() == std::io::ErrorKind::AddrNotAvailable =>
         {
             ArgumentError::new_err(e.to_string())
         }
-        RecordError::OutputExists(_)
-        | RecordError::NoDirectory { .. }
-        | RecordError::NotADirectory(_)
-        | RecordError::NotWritable { .. } => OutputError::new_err(e.to_string()),
+        RecordError::Target(_) => OutputError::new_err(e.to_string()),
         _ => RecorderError::new_err(e.to_string()),
     }
 }

@@ -2,10 +2,11 @@
 //! disks, read and decoded in parallel, its spectra and fringes, its frames as a zero-copy array; and the decoding of
 //! frames from anywhere (a live view).
 
-use super::analysis::{fringe_tuple, power_array, sums_tuple, FringeTuple, SumsTuple};
 use super::errors::{decode_err, file_err, scan_err, spectrum_err};
+use super::fringe::{fringe_tuple, sums_tuple, FringeTuple, SumsTuple};
 use super::header::PyHeader;
 use super::scan::format_arg;
+use super::spectrum::power_array;
 use crate::analysis::fringe::{cross_sums_of, fringe_of};
 use crate::analysis::fringe_search::Search;
 use crate::analysis::spectrum::{spectra_of, FrameSource};

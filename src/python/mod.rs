@@ -1,18 +1,31 @@
-//! Python bindings (`vdifrec._core`), one file per part of the core they wrap: `header`,
-//! `file` (reader and decoding), `recorder` (and its views), `sender` (and the generator),
-//! `scan` (scans on several disks: listing, gathering), `transfer` (push and receive), `analysis`, `errors` (every exception, and the one place core errors become them), and
-//! `baseline` (benchmarks only). Each converts arguments, runs the core in `py.detach`, and
-//! converts back; nothing here decides what a Rust user would also need.
+//! Python bindings (`vdifrec._core`), one file per part of the core they wrap:
+//!
+//! - `header`: a VDIF header; `file`: the file reader and decoding (`vdif`);
+//! - `scan`: scans on several disks, listed and gathered (`vdif::scan`, `vdif::gather`);
+//! - `recorder`: the recorder and its views of the ring (`record`);
+//! - `spectrum` (and tones), `fringe`, `bstate`, `check`: the analyses (`analysis`), one
+//!   file each;
+//! - `sources`: the sender, the generator and the comparison with what was sent (`sources`);
+//! - `transfer`: push and receive (`transfer`); `doctor`: the host probes (`doctor`);
+//! - `errors`: every exception, and the one place core errors become them;
+//! - `baseline`: the benchmarks' baselines (with the `bench` feature only).
+//!
+//! Each converts arguments, runs the core in `py.detach`, and converts back; nothing here
+//! decides what a Rust user would also need.
 
-mod analysis;
 #[cfg(feature = "bench")]
 mod baseline;
+mod bstate;
+mod check;
+mod doctor;
 mod errors;
 mod file;
+mod fringe;
 mod header;
 mod recorder;
 mod scan;
-mod sender;
+mod sources;
+mod spectrum;
 mod transfer;
 
 use pyo3::prelude::*;
@@ -75,46 +88,20 @@ fn build_profile() -> &'static str {
     }
 }
 
-/// Host probe for `vdifrec doctor`: (bytes per second, O_DIRECT used) writing `max_bytes` (or
-/// for `seconds`) into `directory` with `threads` writers of `block`-byte writes.
-#[pyfunction]
-fn disk_write_test(
-    py: Python<'_>,
-    directory: std::path::PathBuf,
-    block: usize,
-    threads: usize,
-    max_bytes: u64,
-    seconds: f64,
-) -> PyResult<(f64, bool)> {
-    py.detach(|| {
-        crate::tools::disk_probe::disk_write_test(&directory, block, threads, max_bytes, seconds)
-    })
-    .map_err(|e| {
-        errors::io_err(
-            &e,
-            format!("write test in {}: {e}", directory.display()),
-            &directory,
-        )
-    })
-}
-
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add(
-        "TWO_BIT_THRESHOLD_SIGMA",
-        crate::tools::generate::TWO_BIT_THRESHOLD_SIGMA,
-    )?;
     errors::register(m)?;
     m.add_class::<header::PyHeader>()?;
     m.add_class::<file::FileReader>()?;
     m.add_function(wrap_pyfunction!(file::decode_payloads, m)?)?;
     m.add_class::<recorder::PyRecorder>()?;
     m.add_class::<recorder::RingView>()?;
-    m.add_class::<sender::PySender>()?;
-    m.add_function(wrap_pyfunction!(sender::generate, m)?)?;
-    m.add_function(wrap_pyfunction!(sender::verify_sent, m)?)?;
-    analysis::register(m)?;
+    sources::register(m)?;
+    spectrum::register(m)?;
+    fringe::register(m)?;
+    bstate::register(m)?;
+    check::register(m)?;
     scan::register(m)?;
     transfer::register(m)?;
     #[cfg(feature = "bench")]
@@ -123,7 +110,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_size_arg, m)?)?;
     m.add_function(wrap_pyfunction!(expand_disks, m)?)?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
-    m.add_function(wrap_pyfunction!(disk_write_test, m)?)?;
+    doctor::register(m)?;
     Ok(())
 }
 

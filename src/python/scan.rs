@@ -1,10 +1,10 @@
 //! Scans on several disks (`vdif::scan`): the listing, and the gathering of one into a file
-//! (`tools::gather`). Opening a scan for samples is `FileReader.scan` (`file.rs`), its check
-//! `check_scan` (`analysis.rs`).
+//! (`vdif::gather`). Opening a scan for samples is `FileReader.scan` (`file.rs`), its check
+//! `check_scan` (`check.rs`).
 
 use super::errors::{gather_err, scan_err, ArgumentError};
 use super::to_json;
-use crate::tools::gather::gather as gather_scan;
+use crate::vdif::gather::gather as gather_scan;
 use crate::vdif::layout::Format;
 use crate::vdif::scan::{find_scans, ScanLayout};
 use pyo3::prelude::*;

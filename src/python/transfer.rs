@@ -3,8 +3,8 @@
 
 use super::errors::transfer_err;
 use super::to_json;
-use crate::tools::transfer::push::{PushOptions, PushRun};
-use crate::tools::transfer::receive::{ReceiveOptions, Receiver as CoreReceiver};
+use crate::transfer::push::{PushOptions, PushRun};
+use crate::transfer::receive::{ReceiveOptions, Receiver as CoreReceiver};
 use pyo3::prelude::*;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};

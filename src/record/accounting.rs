@@ -2,7 +2,8 @@
 //!
 //! The same code counts a live capture and a file (`vdifrec check`), so the two always agree.
 //!
-//! Definitions (DESIGN.md):
+//! Definitions (for users, with expected, late and how seconds close, in
+//! `docs/reference/formats/counting.md`):
 //! - A frame is *lost* when it is missing between the first and the last frame received on
 //!   its thread. Nothing is guessed before the first frame or after the last.
 //! - A frame below the highest seen on its thread is *out of order* if it was missing, a

@@ -1,13 +1,19 @@
 //! The recording path: datagrams in, frames on disk, every one counted.
 //!
-//! `capture/` receives datagrams (one file per backend) straight into the `ring`; `classify`
-//! decides what each datagram is and `accounting` counts frames per VDIF second and thread;
-//! the `writer` moves the ring to disk; the `recorder` validates its `config`, sets these up and
-//! wires them together. The threads share only `shared` (flags, counters, the ring) and
+//! `capture/` receives datagrams (one file per backend, and `open` that picks one) straight
+//! into the `ring`; `classify` decides what each datagram is and `accounting` counts frames per
+//! VDIF second and thread; the `writer` moves the ring to one file or a directory, and `scan/`
+//! cuts scans out of the ring onto several disks (in `diskio`'s way of writing). The
+//! `recorder` validates its `config`, checks where the output goes (`target`), sets these up
+//! and wires them together. The threads share only `shared` (flags, counters, the ring) and
 //! publish `stats`; `status` serves those snapshots over HTTP without ever blocking the capture,
-//! with how full the disks are (`diskspace`, asked of their file systems by the status thread).
+//! with how full the disks are (`diskspace`, asked of their file systems by the status thread),
+//! the `live` monitor's looks and the `latency` stamps. At the stop the recorder sums it all up
+//! in the run's `summary`.
 //!
-//! Uses `vdif` (and the small `units`, `affinity`); never `analysis` or `tools`.
+//! Uses `vdif` (and the small `options`, `units`, `affinity`); never `analysis`, `sources` or
+//! `transfer`: a recorder at a station runs without them (the live monitor is handed its
+//! analysis by whoever starts it).
 
 pub mod accounting;
 pub mod capture;
@@ -23,4 +29,6 @@ pub mod scan;
 pub mod shared;
 pub mod stats;
 pub mod status;
+pub mod summary;
+pub mod target;
 pub mod writer;

@@ -1,27 +1,30 @@
-//! The recorder: allocates the ring and opens the capture backend, runs the capture and
-//! writer threads, reports while they run and summarises when they stop.
+//! The recorder wires a recording together: it checks where the output goes (`target`) and
+//! the disks of scans (`scan::disks`), allocates each stream's ring on its capture's CPU and
+//! opens its backend (`capture::open`), pins the threads as `affinity` decides, starts the
+//! capture, writer, scan gate, status and live monitor threads, and summarises when they
+//! stop. What each part does is decided in that part; here they are only put together.
 
+use crate::affinity;
 use crate::options::ArgError;
-use crate::record::capture::afpacket::AfPacketBackend;
-use crate::record::capture::pfring::PfRingBackend;
-use crate::record::capture::udp::{UdpBackend, UdpConfig, UdpError};
-use crate::record::capture::{self, Backend, CaptureSetup};
+use crate::record::capture::open::{open_backend, OpenError, OpenedBackend};
+use crate::record::capture::{self, CaptureSetup};
 use crate::record::classify::MalformedCounts;
 pub use crate::record::config::{
     BackendKind, PortOption, RecorderConfig, RecorderOptions, StreamAddr, Target,
 };
 use crate::record::live::{Analyser, LiveMonitor};
 use crate::record::ring::{RingError, RingMemory};
-use crate::record::scan::disks::DiskSet;
+use crate::record::scan::disks::{free_space_note, open_disks, unused_name, DiskSet};
 use crate::record::scan::gate::{Gate, ScanPlan};
 use crate::record::scan::window::Window;
-use crate::record::scan::{ScanRequest, ScanSetup, ScanSummary};
+use crate::record::scan::{ScanRequest, ScanSummary};
 use crate::record::shared::Shared;
-use crate::record::stats::{FileRecord, Stats, StreamCounts, StreamSummary, Summary};
+use crate::record::stats::{FileRecord, Stats, StreamCounts};
+use crate::record::summary::{StreamSummary, Summary};
+use crate::record::target::{check_target, TargetError};
 use crate::record::writer::{self, WriterConfig};
 use crate::vdif::layout::{self, Format};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -32,25 +35,11 @@ pub enum RecordError {
     #[error(transparent)]
     BadArgument(#[from] ArgError),
     #[error(transparent)]
-    Udp(#[from] UdpError),
-    #[error(transparent)]
-    AfPacket(#[from] crate::record::capture::afpacket::AfPacketError),
-    #[error(transparent)]
-    PfRing(#[from] crate::record::capture::pfring::PfRingError),
+    Backend(#[from] OpenError),
     #[error(transparent)]
     Ring(#[from] RingError),
-    #[error("path: {0} exists already; vdifrec never overwrites a recording: remove it or choose another path")]
-    OutputExists(PathBuf),
-    #[error("{name}: directory {dir} does not exist: create it first (mkdir -p {dir})")]
-    NoDirectory { name: &'static str, dir: PathBuf },
-    #[error("directory: {0} is a file, not a directory")]
-    NotADirectory(PathBuf),
-    #[error("{name}: cannot write in {path}: {source}")]
-    NotWritable {
-        name: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Target(#[from] TargetError),
     #[error("the capture thread could not start: {0}")]
     CaptureFailed(String),
     #[error("cannot start a thread: {0}")]
@@ -62,38 +51,6 @@ pub enum RecordError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-}
-
-/// The output can be written: a file that does not exist yet in a directory we may write, or
-/// a directory we may write.
-fn check_target(t: &Target) -> Result<(), RecordError> {
-    // Errors name the option the user gave: `path` (one file) or `directory`.
-    let (name, dir) = match t {
-        Target::File(p) => {
-            if p.exists() {
-                return Err(RecordError::OutputExists(p.clone()));
-            }
-            ("path", t.dir())
-        }
-        Target::Dir { dir, .. } => {
-            if dir.exists() && !dir.is_dir() {
-                return Err(RecordError::NotADirectory(dir.clone()));
-            }
-            ("directory", t.dir())
-        }
-    };
-    if !dir.is_dir() {
-        return Err(RecordError::NoDirectory { name, dir });
-    }
-    // Creating (and removing) a file proves we may write there.
-    let probe = dir.join(format!(".vdifrec-probe-{}", std::process::id()));
-    std::fs::File::create(&probe).map_err(|source| RecordError::NotWritable {
-        name,
-        path: dir.clone(),
-        source,
-    })?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
 }
 
 #[derive(Debug, Error)]
@@ -112,207 +69,6 @@ pub enum ScanCommandError {
     BadTime { name: &'static str, why: String },
     #[error("disks: every disk has left the set (full or failed): see the last scan's summary")]
     NoDiskLeft,
-}
-
-/// The disks exist and can be written; faults (test aid) attached.
-fn open_disks(setup: &ScanSetup) -> Result<DiskSet, RecordError> {
-    for d in &setup.disks {
-        check_target(&Target::Dir {
-            dir: d.clone(),
-            prefix: String::new(),
-        })
-        .map_err(|e| match e {
-            RecordError::NoDirectory { dir, .. } => RecordError::NoDirectory { name: "disks", dir },
-            RecordError::NotWritable { path, source, .. } => RecordError::NotWritable {
-                name: "disks",
-                path,
-                source,
-            },
-            other => other,
-        })?;
-    }
-    Ok(DiskSet::new(&setup.disks, &setup.faults))
-}
-
-/// `wanted`, or with jive5ab's suffix when a scan of that name is on any disk (in any
-/// format) or was recorded in this run.
-fn unused_name(wanted: &str, disks: &DiskSet, used: &[String]) -> String {
-    // A split scan's data streams are `<name>_ds<key>`: those take the name too.
-    let data_stream_of = |entry: &std::ffi::OsStr, n: &str| {
-        entry
-            .to_str()
-            .and_then(|e| e.strip_prefix(n))
-            .is_some_and(|rest| rest.starts_with("_ds"))
-    };
-    let taken = |n: &str| {
-        used.iter().any(|u| u == n)
-            || disks.disks.iter().any(|d| {
-                [
-                    layout::file_path(&d.path, n),
-                    layout::vbs_dir(&d.path, n),
-                    layout::mk6_path(&d.path, n),
-                    layout::summary_path(&d.path, n, Format::File),
-                ]
-                .iter()
-                .any(|p| p.exists())
-                    || std::fs::read_dir(&d.path)
-                        .is_ok_and(|rd| rd.flatten().any(|e| data_stream_of(&e.file_name(), n)))
-            })
-    };
-    if !taken(wanted) {
-        return wanted.to_string();
-    }
-    (1..)
-        .map(|k| format!("{wanted}{}", layout::repeat_suffix(k)))
-        .find(|n| !taken(n))
-        .expect("some suffix is free")
-}
-
-/// What the disks can hold against what the scan will need, for the operator.
-fn free_space_note(
-    disks: &DiskSet,
-    alive: &[usize],
-    window: &Window,
-    fps: Option<u32>,
-    bytes_per_second: f64,
-) -> String {
-    // Directories on one file system share its free space: count each file system once.
-    let mut seen = Vec::new();
-    let mut free = 0u64;
-    for i in alive {
-        let path = &disks.disks[*i].path;
-        let dev = std::fs::metadata(path).map(|m| std::os::unix::fs::MetadataExt::dev(&m));
-        if let Ok(dev) = dev {
-            if seen.contains(&dev) {
-                continue;
-            }
-            seen.push(dev);
-        }
-        free += crate::record::scan::disks::free_bytes(path).unwrap_or(0);
-    }
-    let free_text = crate::units::format_size(free);
-    let seconds = fps.and_then(|f| window.seconds(f));
-    match (seconds, bytes_per_second > 0.0) {
-        (Some(s), true) => {
-            let need = (s * bytes_per_second) as u64;
-            let verdict = if need <= free {
-                "enough"
-            } else {
-                "NOT ENOUGH: the scan will be cut short when the disks fill"
-            };
-            format!(
-                "disks: {free_text} free; the scan needs {} ({s:.1} s at {:.3} Gbit/s): {verdict}",
-                crate::units::format_size(need),
-                bytes_per_second * 8e-9
-            )
-        }
-        (None, true) => format!(
-            "disks: {free_text} free, {:.0} s at {:.3} Gbit/s",
-            free as f64 / bytes_per_second,
-            bytes_per_second * 8e-9
-        ),
-        _ => format!("disks: {free_text} free"),
-    }
-}
-
-/// CPUs for scan writers: those this process may use other than the capture's, when there
-/// are four or more (fewer: the scheduler places them).
-fn writer_cpus(capture_cpus: &[usize]) -> Vec<usize> {
-    let cpus: Vec<usize> = crate::affinity::allowed_cpus()
-        .into_iter()
-        .filter(|c| !capture_cpus.contains(c))
-        .collect();
-    if cpus.len() >= 3 {
-        cpus
-    } else {
-        Vec::new()
-    }
-}
-
-/// With neither CPU given and `auto_pin`, the capture and the writer take the last two CPUs
-/// this process may use, when it may use four or more (fewer: the scheduler places them).
-fn auto_pin(config: &mut RecorderConfig) {
-    if !config.auto_pin || config.capture_cpu.is_some() || config.writer_cpu.is_some() {
-        return;
-    }
-    let cpus = crate::affinity::allowed_cpus();
-    if cpus.len() >= 4 {
-        config.capture_cpu = cpus.last().copied();
-        config.writer_cpu = cpus.get(cpus.len() - 2).copied();
-    }
-}
-
-/// Runs `f` on a thread pinned to `cpu` (when given and permitted), so that the memory it
-/// touches first is placed on that CPU's NUMA node.
-fn on_cpu<T: Send>(cpu: Option<usize>, f: impl FnOnce() -> T + Send) -> T {
-    let Some(cpu) = cpu else { return f() };
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let _ = crate::affinity::pin_current("ring set-up", cpu);
-            f()
-        })
-        .join()
-        .expect("the ring set-up thread does not panic")
-    })
-}
-
-/// A capture backend ready to run.
-struct OpenedBackend {
-    backend: Box<dyn Backend>,
-    /// Where the stream is taken from (the real port for the udp backend when 0 was asked).
-    address: SocketAddr,
-    /// What the backend reports to the operator about its set-up.
-    notes: Vec<String>,
-}
-
-/// Opens the configured capture backend.
-fn open_backend(config: &RecorderConfig) -> Result<OpenedBackend, RecordError> {
-    // The raw backends bind nothing: they keep the packets for this port on an interface.
-    let raw_addr = SocketAddr::new(config.bind, config.port);
-    Ok(match &config.backend {
-        BackendKind::AfPacket { interface } => {
-            let (b, notes) = AfPacketBackend::open(interface, config.port, config.offset)?;
-            OpenedBackend {
-                backend: Box::new(b),
-                address: raw_addr,
-                notes,
-            }
-        }
-        BackendKind::PfRing {
-            interface,
-            library,
-            check_module,
-        } => {
-            let (b, notes) = PfRingBackend::open(
-                interface,
-                config.port,
-                config.offset,
-                library.as_deref(),
-                *check_module,
-            )?;
-            OpenedBackend {
-                backend: Box::new(b),
-                address: raw_addr,
-                notes,
-            }
-        }
-        BackendKind::Udp => {
-            let (b, addr, notes) = UdpBackend::bind(&UdpConfig {
-                bind: config.bind,
-                port: config.port,
-                multicast: config.multicast,
-                rcvbuf: config.rcvbuf as usize,
-                offset: config.offset,
-                senders: config.tags_senders(),
-                timestamps: config.latency,
-            })?;
-            OpenedBackend {
-                backend: Box::new(b),
-                address: addr,
-                notes,
-            }
-        }
-    })
 }
 
 /// One stream of a recording: its capture thread, its ring (in `shared`), its address.
@@ -335,7 +91,7 @@ fn start_stream(
     // The ring is allocated, mapped and locked before the socket is bound: nothing that
     // arrives can be lost to an allocation, and a machine without the memory says so now.
     // Its pages are touched from the capture's CPU, so they lie on that CPU's NUMA node.
-    let memory = on_cpu(cpu, || {
+    let memory = affinity::on_cpu("ring set-up", cpu, || {
         RingMemory::new(
             config.ring_bytes,
             config.huge_pages,
@@ -385,7 +141,7 @@ fn start_stream(
     let capture = std::thread::Builder::new()
         .name("vdifrec-capture".into())
         .spawn(move || {
-            crate::affinity::name_current("vdifrec-capture");
+            affinity::name_current("vdifrec-capture");
             capture::run(backend, setup)
         })
         .map_err(RecordError::Thread)?;
@@ -394,20 +150,6 @@ fn start_stream(
         capture: Some(capture),
         local_addr,
     })
-}
-
-/// CPUs for the captures of streams after the first: free CPUs below the first capture's,
-/// when the machine has one for each besides the writers (fewer: the scheduler places them).
-fn more_capture_cpus(config: &RecorderConfig) -> Vec<Option<usize>> {
-    let n = config.more_streams.len();
-    let cpus: Vec<usize> = crate::affinity::allowed_cpus()
-        .into_iter()
-        .filter(|c| Some(*c) != config.capture_cpu && Some(*c) != config.writer_cpu)
-        .collect();
-    if config.capture_cpu.is_none() || cpus.len() < n + 2 {
-        return vec![None; n];
-    }
-    cpus.iter().rev().take(n).map(|c| Some(*c)).collect()
 }
 
 /// A running recording.
@@ -450,7 +192,12 @@ impl Recorder {
         if let Some(t) = &config.target {
             check_target(t)?;
         }
-        auto_pin(&mut config);
+        if config.auto_pin && config.capture_cpu.is_none() && config.writer_cpu.is_none() {
+            if let Some((capture, writer)) = affinity::auto_pin(&affinity::allowed_cpus()) {
+                config.capture_cpu = Some(capture);
+                config.writer_cpu = Some(writer);
+            }
+        }
         let disks = match &config.scans {
             Some(setup) => Some(Arc::new(open_disks(setup)?)),
             None => None,
@@ -478,7 +225,12 @@ impl Recorder {
             config.capture_cpu,
         )?];
         let more = config.more_streams.clone();
-        let more_cpus = more_capture_cpus(&config);
+        let more_cpus = affinity::more_capture_cpus(
+            &affinity::allowed_cpus(),
+            more.len(),
+            config.capture_cpu,
+            config.writer_cpu,
+        );
         let capture_cpus: Vec<usize> = config
             .capture_cpu
             .into_iter()
@@ -808,7 +560,7 @@ impl Recorder {
             direct: setup.direct,
             fps,
             split: setup.split,
-            writer_cpus: writer_cpus(&self.capture_cpus),
+            writer_cpus: affinity::writer_cpus(&affinity::allowed_cpus(), &self.capture_cpus),
             notes,
         };
         self.scan_names.push(name.clone());
@@ -977,10 +729,12 @@ impl Drop for Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::generate::SignalSpec;
-    use crate::tools::sender::{parse_drops, SendConfig, Sender};
+    use crate::record::scan::ScanSetup;
+    use crate::sources::generate::SignalSpec;
+    use crate::sources::sender::{parse_drops, SendConfig, Sender};
     use crate::vdif::layout;
     use crate::vdif::Header;
+    use std::path::PathBuf;
 
     fn tmpdir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("vdifrec-rec-{}-{name}", std::process::id()));

@@ -2,9 +2,11 @@
 //! the capture's published counters, the per-second rows, the files written, notes and the
 //! first error.
 //!
-//! It sits below the threads: capture, writer and status use it, the recorder creates it and
-//! reads it at the end, and it uses none of them. The capture thread never waits here: it
-//! publishes its counters with `try_lock` and skips a publication rather than block.
+//! It sits below the threads: capture, writer, status and the live monitor use it, the
+//! recorder creates it and reads it at the end, and it uses none of them (the monitor's
+//! results it holds are `live::state`, which sits below the monitor too). The capture thread
+//! never waits here: it publishes its counters with `try_lock` and skips a publication rather
+//! than block.
 
 use crate::record::accounting::{Gap, ThreadTotals};
 use crate::record::ring::Ring;
@@ -86,7 +88,7 @@ pub struct Shared {
     /// The stream's port, once bound.
     port: OnceLock<u16>,
     /// What the live quality monitor found (views of the first stream only).
-    live: crate::record::live::LiveState,
+    live: crate::record::live::state::LiveState,
     /// Per-stage latency stamps, when asked for (set before the threads start).
     latency: OnceLock<crate::record::latency::Latency>,
 }
@@ -429,7 +431,7 @@ impl Shared {
     }
 
     /// The live monitor's results (empty when it does not run).
-    pub fn live(&self) -> &crate::record::live::LiveState {
+    pub fn live(&self) -> &crate::record::live::state::LiveState {
         &self.live
     }
 

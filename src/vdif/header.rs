@@ -1,4 +1,5 @@
-//! VDIF frame headers: every field of words 0–3, the EDV 1/3/4 extensions, legacy headers.
+//! VDIF frame headers: every field of words 0–3, the EDV 1/3/4 extensions, legacy headers
+//! (the fields, as users read them, in `docs/reference/formats/vdif.md`).
 //!
 //! Fields come from one (word, bit, width) table with checked accessors, the way baseband's
 //! `HeaderParser` does it: nothing here casts pointers, and a value that does not fit its field

@@ -1,6 +1,7 @@
-//! How a scan lies on disk, in the layouts correlators read (`../shared/REFERENCE.md`): names,
-//! the Mark6 headers, and the rules for scan names. The writer (`record::scan`) and the readers
-//! (`vdif::scan`) both use these and nothing else, so the two can never disagree.
+//! How a scan lies on disk, in the layouts correlators read (described for users in
+//! `docs/reference/formats/layouts.md`): names, the Mark6 headers, and the rules for scan
+//! names. The writer (`record::scan`) and the readers (`vdif::scan`) both use these and nothing
+//! else, so the two can never disagree.
 //!
 //! - `file`: `<disk>/<scan>.vdif`, the frames in order; a scan rotated by size goes on in
 //!   `<disk>/<scan>.0001.vdif`, `<disk>/<scan>.0002.vdif`, … (a `.` is never in a scan name, so

@@ -1,8 +1,15 @@
-//! The VDIF format: headers, sample decoding, files.
+//! The VDIF format and what reads it back from disk: headers (`header`, `time`), sample
+//! decoding (`decode`), a VDIF file (`file`, `frames`), the on-disk layouts of scans (`layout`:
+//! file, FlexBuff vbs, Mark6), a scan spread over disks read as one stream (`scan`), and that
+//! stream written back into one file (`gather`).
+//!
+//! The bottom of the tree: it uses nothing else of the crate, so everything above reads frames
+//! the same way.
 
 pub mod decode;
 pub mod file;
 pub mod frames;
+pub mod gather;
 pub mod header;
 pub mod layout;
 pub mod scan;

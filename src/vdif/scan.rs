@@ -930,7 +930,7 @@ fn in_file(path: &Path, e: std::io::Error) -> std::io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::generate::{write_frames, SignalSpec};
+    use crate::sources::generate::{write_frames, SignalSpec};
     use std::io::Write;
 
     const FS: usize = 32 + 1024;

@@ -4,8 +4,10 @@
 //! ring slots when there is room, into a scratch area when the ring is full (the frames are
 //! then counted as ring overflows), into a large scratch buffer while the frame size is still
 //! unknown. Classification, compaction, accounting and publishing are the same for all.
+//! `open` opens the backend a recorder's configuration names.
 
 pub mod afpacket;
+pub mod open;
 pub mod packet;
 pub mod pfring;
 pub mod udp;

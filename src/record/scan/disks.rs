@@ -2,8 +2,17 @@
 //! fails leaves the set and the others carry on. Writers take whichever disk is ready next
 //! (the queue of idle disks is first in, first out: among disks equally ready, chunks rotate
 //! round robin; a slow disk comes back late and so gets fewer chunks).
+//!
+//! Also what a scan asks of the disks before it starts: that they can be written
+//! (`open_disks`), a name no scan on them has (`unused_name`), and whether they hold what the
+//! scan will need (`free_space_note`).
 
+use crate::record::config::Target;
 use crate::record::diskio::Fault;
+use crate::record::scan::window::Window;
+use crate::record::scan::ScanSetup;
+use crate::record::target::{check_target, TargetError};
+use crate::vdif::layout::{self, Format};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -182,6 +191,107 @@ pub fn is_mount_point(dir: &Path) -> bool {
     }
 }
 
+/// The disks exist and can be written; faults (test aid) attached.
+pub fn open_disks(setup: &ScanSetup) -> Result<DiskSet, TargetError> {
+    for d in &setup.disks {
+        check_target(&Target::Dir {
+            dir: d.clone(),
+            prefix: String::new(),
+        })
+        .map_err(|e| match e {
+            TargetError::NoDirectory { dir, .. } => TargetError::NoDirectory { name: "disks", dir },
+            TargetError::NotWritable { path, source, .. } => TargetError::NotWritable {
+                name: "disks",
+                path,
+                source,
+            },
+            other => other,
+        })?;
+    }
+    Ok(DiskSet::new(&setup.disks, &setup.faults))
+}
+
+/// `wanted`, or with jive5ab's suffix when a scan of that name is on any disk (in any
+/// format) or was recorded in this run.
+pub fn unused_name(wanted: &str, disks: &DiskSet, used: &[String]) -> String {
+    // A split scan's data streams are `<name>_ds<key>`: those take the name too.
+    let data_stream_of = |entry: &std::ffi::OsStr, n: &str| {
+        entry
+            .to_str()
+            .and_then(|e| e.strip_prefix(n))
+            .is_some_and(|rest| rest.starts_with("_ds"))
+    };
+    let taken = |n: &str| {
+        used.iter().any(|u| u == n)
+            || disks.disks.iter().any(|d| {
+                [
+                    layout::file_path(&d.path, n),
+                    layout::vbs_dir(&d.path, n),
+                    layout::mk6_path(&d.path, n),
+                    layout::summary_path(&d.path, n, Format::File),
+                ]
+                .iter()
+                .any(|p| p.exists())
+                    || std::fs::read_dir(&d.path)
+                        .is_ok_and(|rd| rd.flatten().any(|e| data_stream_of(&e.file_name(), n)))
+            })
+    };
+    if !taken(wanted) {
+        return wanted.to_string();
+    }
+    (1..)
+        .map(|k| format!("{wanted}{}", layout::repeat_suffix(k)))
+        .find(|n| !taken(n))
+        .expect("some suffix is free")
+}
+
+/// What the disks can hold against what the scan will need, for the operator.
+pub fn free_space_note(
+    disks: &DiskSet,
+    alive: &[usize],
+    window: &Window,
+    fps: Option<u32>,
+    bytes_per_second: f64,
+) -> String {
+    // Directories on one file system share its free space: count each file system once.
+    let mut seen = Vec::new();
+    let mut free = 0u64;
+    for i in alive {
+        let path = &disks.disks[*i].path;
+        let dev = std::fs::metadata(path).map(|m| std::os::unix::fs::MetadataExt::dev(&m));
+        if let Ok(dev) = dev {
+            if seen.contains(&dev) {
+                continue;
+            }
+            seen.push(dev);
+        }
+        free += free_bytes(path).unwrap_or(0);
+    }
+    let free_text = crate::units::format_size(free);
+    let seconds = fps.and_then(|f| window.seconds(f));
+    match (seconds, bytes_per_second > 0.0) {
+        (Some(s), true) => {
+            let need = (s * bytes_per_second) as u64;
+            let verdict = if need <= free {
+                "enough"
+            } else {
+                "NOT ENOUGH: the scan will be cut short when the disks fill"
+            };
+            format!(
+                "disks: {free_text} free; the scan needs {} ({s:.1} s at {:.3} Gbit/s): {verdict}",
+                crate::units::format_size(need),
+                bytes_per_second * 8e-9
+            )
+        }
+        (None, true) => format!(
+            "disks: {free_text} free, {:.0} s at {:.3} Gbit/s",
+            free as f64 / bytes_per_second,
+            bytes_per_second * 8e-9
+        ),
+        _ => format!("disks: {free_text} free"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +326,27 @@ mod tests {
         // Disk 2 is still in the ready queue but dropped: nothing must come back.
         assert!(set.alive().is_empty());
         assert_eq!(set.take(), None);
+    }
+
+    #[test]
+    fn a_name_taken_on_any_disk_or_in_this_run_gets_a_suffix() {
+        let root = std::env::temp_dir().join(format!("vdifrec-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let paths: Vec<PathBuf> = (0..2).map(|i| root.join(format!("d{i}"))).collect();
+        for p in &paths {
+            std::fs::create_dir_all(p).unwrap();
+        }
+        let set = DiskSet::new(&paths, &[]);
+        assert_eq!(unused_name("s1", &set, &[]), "s1");
+        // A vbs scan on the second disk, a split scan's data stream on the first.
+        std::fs::create_dir_all(layout::vbs_dir(&paths[1], "s1")).unwrap();
+        std::fs::write(layout::file_path(&paths[0], "s2_ds0"), b"").unwrap();
+        assert_eq!(unused_name("s1", &set, &[]), "s1a");
+        assert_eq!(unused_name("s2", &set, &[]), "s2a");
+        // Names used in this run, not yet on disk, count too.
+        assert_eq!(unused_name("s1", &set, &["s1a".into()]), "s1b");
+        assert_eq!(unused_name("s3", &set, &["s3".into()]), "s3a");
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

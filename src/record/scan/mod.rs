@@ -3,6 +3,8 @@
 //! are cut into numbered chunks (`chunk`), which the scan's `writers` put on whichever of the
 //! `disks` is ready next, in the scan's format (file, vbs or mk6, see `vdif::layout`); frames
 //! outside scans are released unwritten. Each scan has its own accounting and `summary`.
+//! Before a scan starts, `disks` also checks that they can be written, finds the scan a name
+//! none of them holds yet and says whether they have room for it.
 
 pub mod chunk;
 pub mod disks;

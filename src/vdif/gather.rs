@@ -126,7 +126,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         let disks: Vec<PathBuf> = (0..2).map(|i| root.join(format!("m{i}"))).collect();
         // 30 frames in three chunks of 10, 15 and 5 frames on two disks.
-        let spec = crate::tools::generate::SignalSpec {
+        let spec = crate::sources::generate::SignalSpec {
             frame_size: 32 + 256,
             fps: 10,
             nchan: 1,
@@ -137,7 +137,7 @@ mod tests {
             ..Default::default()
         };
         let mut data = Vec::new();
-        crate::tools::generate::write_frames(&spec, 30, &mut data, "memory").unwrap();
+        crate::sources::generate::write_frames(&spec, 30, &mut data, "memory").unwrap();
         let fs = spec.frame_size;
         for (n, range) in [(0u64, 0..10), (1, 10..25), (2, 25..30)] {
             let p = layout::vbs_chunk_path(&disks[n as usize % 2], "g", n);

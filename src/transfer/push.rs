@@ -4,9 +4,11 @@
 //! in flight per connection until acknowledged. A connection that breaks gives its blocks back
 //! to the queue and is made again; a control connection that breaks makes the whole item
 //! resume from what the receiver has on disk. With `streams = auto` the number of connections
-//! follows `streams::next_step` on measured rates and both hosts' CPU use.
+//! follows `streams::next_step` on measured rates and both hosts' CPU use. A receiver that
+//! answers "busy" (its handshake places or connections all taken) is asked again after a
+//! growing pause, within `retry_seconds`, and the summary's notes say why the push waited.
 
-use super::auth;
+use super::auth::{self, ProveError};
 use super::blocks::BlockMap;
 use super::cpu::{CpuCounters, CpuLoad};
 use super::items::{Item, SourceReader};
@@ -53,7 +55,8 @@ pub struct PushOptions {
     pub rate: Option<String>,
     /// Lower the push threads' CPU priority (nice 19) and I/O class (idle).
     pub nice: bool,
-    /// Seconds to keep reconnecting after connections break without progress.
+    /// Seconds to keep reconnecting after connections break without progress, and to keep
+    /// asking a receiver that answers busy.
     pub retry_seconds: f64,
 }
 
@@ -211,6 +214,32 @@ pub struct Progress {
     pub items_total: AtomicUsize,
     pub items_done: AtomicUsize,
     pub item: Mutex<String>,
+    /// Busy answers that were asked again: (item, the receiver's reason, how many times).
+    busy: Mutex<Vec<(String, String, u64)>>,
+}
+
+impl Progress {
+    /// The receiver answered busy with `why`: noted under the item under way.
+    fn asked_again(&self, why: &str) {
+        let item = self.item.lock().unwrap().clone();
+        let mut busy = self.busy.lock().unwrap();
+        match busy.iter_mut().find(|(i, w, _)| *i == item && w == why) {
+            Some((_, _, n)) => *n += 1,
+            None => busy.push((item, why.to_string(), 1)),
+        }
+    }
+
+    /// One note per item and reason the receiver gave for being busy.
+    fn busy_notes(&self) -> Vec<String> {
+        self.busy
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(item, why, n)| {
+                format!("{item}: the receiver was busy ({why}); asked again {n} time(s)")
+            })
+            .collect()
+    }
 }
 
 /// One item's outcome.
@@ -363,6 +392,7 @@ fn push_checked(cfg: &Config, progress: &Progress, stop: &AtomicBool) -> PushSum
         progress.items_done.fetch_add(1, Ordering::Relaxed);
         summary.items.push(s);
     }
+    summary.notes.extend(progress.busy_notes());
     summary.bytes = summary.items.iter().map(|i| i.bytes).sum();
     summary.bytes_sent = summary.items.iter().map(|i| i.bytes_sent).sum();
     summary.seconds = started.elapsed().as_secs_f64();
@@ -447,12 +477,50 @@ fn send_item(cfg: &Config, item: &Item, progress: &Progress, stop: &AtomicBool) 
     s
 }
 
-/// A connection to the receiver, proven on both sides.
-fn connect(cfg: &Config) -> Result<TcpStream, String> {
+/// The first pause before a busy receiver is asked again, and the longest.
+const BUSY_PAUSE: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
+
+/// A connection to the receiver, proven on both sides. A receiver that answers busy is asked
+/// again after a pause that doubles each time, for up to `retry_seconds`, each time noted in
+/// `progress`; `over` says when the connection is no longer wanted. Anything else that keeps
+/// it from being made is the answer (nobody listens, another token).
+fn connect(
+    cfg: &Config,
+    progress: &Progress,
+    over: &dyn Fn() -> bool,
+) -> Result<TcpStream, String> {
+    let until = Instant::now() + cfg.retry;
+    let mut pause = BUSY_PAUSE.0;
+    loop {
+        let why = match connect_once(cfg) {
+            Ok(s) => return Ok(s),
+            Err(ProveError::Busy(why)) => why,
+            Err(ProveError::Failed(why)) => return Err(why),
+        };
+        if over() {
+            return Err(format!("the receiver is busy ({why})"));
+        }
+        if Instant::now() + pause > until {
+            return Err(format!(
+                "the receiver is busy ({why}) and stayed so for {:.0} s (--retry-seconds); push again later",
+                cfg.retry.as_secs_f64()
+            ));
+        }
+        progress.asked_again(&why);
+        let wake = Instant::now() + pause;
+        while Instant::now() < wake && !over() {
+            std::thread::sleep(Duration::from_millis(20).min(wake - Instant::now()));
+        }
+        pause = (pause * 2).min(BUSY_PAUSE.1);
+    }
+}
+
+/// One try at a proven connection.
+fn connect_once(cfg: &Config) -> Result<TcpStream, ProveError> {
     let addrs: Vec<_> = cfg
         .to
         .to_socket_addrs()
-        .map_err(|e| format!("cannot find {}: {e}", cfg.to))?
+        .map_err(|e| ProveError::Failed(format!("cannot find {}: {e}", cfg.to)))?
         .collect();
     let mut last = format!("{} has no address", cfg.to);
     for a in addrs {
@@ -461,7 +529,7 @@ fn connect(cfg: &Config) -> Result<TcpStream, String> {
                 let _ = s.set_nodelay(true);
                 super::receive::keepalive(&s);
                 s.set_read_timeout(Some(Duration::from_secs(60)))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| ProveError::Failed(e.to_string()))?;
                 auth::prove(&mut s, &cfg.token)?;
                 return Ok(s);
             }
@@ -473,7 +541,7 @@ fn connect(cfg: &Config) -> Result<TcpStream, String> {
             }
         }
     }
-    Err(last)
+    Err(ProveError::Failed(last))
 }
 
 /// One go at an item: offer, then send what the receiver lacks, then the whole-copy check.
@@ -488,8 +556,10 @@ fn attempt(
 ) -> Result<(), Stop> {
     // The first connection failing is an answer (nobody listens, a wrong token); later, a
     // receiver restarting or a path coming back is waited for.
-    let mut control = connect(cfg).map_err(|why| {
-        if first {
+    let mut control = connect(cfg, progress, &|| stop.load(Ordering::Relaxed)).map_err(|why| {
+        if stop.load(Ordering::Relaxed) {
+            Stop::Interrupted
+        } else if first {
             Stop::Fatal("failed", why)
         } else {
             Stop::Cut(why)
@@ -907,16 +977,17 @@ impl Flow<'_> {
         let mut buf = vec![0u8; self.cfg.block_size as usize];
         let mut failures = 0;
         while !self.over(own_stop) {
-            let conn = connect(self.cfg).and_then(|mut c| {
-                wire::send(
-                    &mut c,
-                    &Message::Join {
-                        session: self.session,
-                    },
-                )
-                .map_err(|e| e.to_string())?;
-                Ok(c)
-            });
+            let conn =
+                connect(self.cfg, self.progress, &|| self.over(own_stop)).and_then(|mut c| {
+                    wire::send(
+                        &mut c,
+                        &Message::Join {
+                            session: self.session,
+                        },
+                    )
+                    .map_err(|e| e.to_string())?;
+                    Ok(c)
+                });
             let conn = match conn {
                 Ok(c) => c,
                 Err(why) => {

@@ -6,7 +6,7 @@
 //! `record_sent` writes exactly the frames sent, in order, for byte-exact comparisons.
 
 use crate::options::{in_range, ArgError};
-use crate::tools::generate::{frame_header, GenerateError, SignalSpec, Synth};
+use crate::sources::generate::{frame_header, GenerateError, SignalSpec, Synth};
 use crate::vdif::header::Header;
 use crate::vdif::header::{check_datagram_frame_size, check_frame_size};
 use serde::{Deserialize, Serialize};
@@ -406,7 +406,7 @@ pub fn verify_recording(
     let fs = spec.frame_size;
     let mut v = Verification::default();
     let mut last_set: Vec<Option<u64>> = vec![None; spec.threads as usize];
-    let direct = crate::tools::readback::for_each_frame(path, fs, |i, frame| {
+    let direct = crate::sources::readback::for_each_frame(path, fs, |i, frame| {
         v.frames += 1;
         let set = (frame.len() == fs)
             .then(|| Header::parse_unchecked(frame).ok())
@@ -911,7 +911,7 @@ struct Buffers {
     headers: Vec<[u8; 32]>,
     psns: Vec<[u8; 8]>,
     garbage: Vec<u8>,
-    rng: crate::tools::generate::Rng,
+    rng: crate::sources::generate::Rng,
 }
 
 impl Buffers {
@@ -920,7 +920,7 @@ impl Buffers {
             headers: vec![[0u8; 32]; SEND_BATCH + 2],
             psns: vec![[0u8; 8]; SEND_BATCH + 2],
             garbage: vec![0u8; 9000],
-            rng: crate::tools::generate::Rng::new(seed ^ 0x5eed_6a7b),
+            rng: crate::sources::generate::Rng::new(seed ^ 0x5eed_6a7b),
         }
     }
 }

@@ -5,6 +5,15 @@
 //! what the connection is for: `Offer` opens a transfer (the control connection), `Join`
 //! attaches a data connection to one. Control messages are small; a block is a `Block`
 //! message followed by `len` raw bytes, acknowledged by an `Ack` once it is written.
+//!
+//! Busy: a receiver that cannot take a connection now answers `Error` with `retry: true` and
+//! closes it: in place of its challenge (`Hello`) when all its connections, or all its places
+//! for handshakes (overall or for the sender's address), are taken; in place of its proof
+//! (`Proven`) when the connection said nothing for a while and its place went to a newer one
+//! (see `handshakes`). A push tells this from a broken connection (which ends without a
+//! message) and asks again after a pause. The message text starts with `busy:` where it is
+//! about handshakes. Older pushes, which know `Error` but not this use of it, report it as an
+//! unexpected answer naming the message, so the protocol's version stays 1.
 
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};

@@ -107,7 +107,7 @@ impl NoFollow for OpenOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::transfer::wire::{FileEntry, Shape};
+    use crate::transfer::wire::{FileEntry, Shape};
 
     #[test]
     fn survives_a_torn_last_line() {

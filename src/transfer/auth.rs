@@ -80,17 +80,25 @@ fn verify(m: HmacSha256, given: &str) -> bool {
     unhex(given).is_some_and(|g| m.verify_slice(&g).is_ok())
 }
 
-/// The receiver's side: challenge the sender, check its answer, answer its challenge.
-/// Err(None): the peer went away before proving anything (a push that was stopped while it
-/// connected); Err(Some(why)): it failed to prove the token, or did not speak the protocol.
-pub fn accept(stream: &mut TcpStream, token: &[u8]) -> Result<(), Option<String>> {
-    let ours = nonce();
-    let io = |e: std::io::Error| match e.kind() {
+/// Why the receiver's side of the handshake did not end proven: None, the peer went away
+/// before proving anything (a push that was stopped while it connected); Some(why), it failed
+/// to prove the token, or did not speak the protocol.
+pub type Refused = Option<String>;
+
+fn receiver_io(e: std::io::Error) -> Refused {
+    match e.kind() {
         std::io::ErrorKind::UnexpectedEof
         | std::io::ErrorKind::ConnectionReset
         | std::io::ErrorKind::BrokenPipe => None,
         _ => Some(format!("handshake: {e}")),
-    };
+    }
+}
+
+/// The receiver's side, first half: its challenge, sent. The sender's answer is then awaited
+/// (the receiver gives a silent connection's place to a newer one meanwhile, see
+/// `handshakes`) and checked by `check_answer`.
+pub fn challenge(stream: &mut TcpStream) -> Result<String, Refused> {
+    let ours = nonce();
     wire::send(
         stream,
         &Message::Hello {
@@ -98,8 +106,14 @@ pub fn accept(stream: &mut TcpStream, token: &[u8]) -> Result<(), Option<String>
             nonce: ours.clone(),
         },
     )
-    .map_err(io)?;
-    let (theirs, proof) = match wire::receive_small(stream).map_err(io)? {
+    .map_err(receiver_io)?;
+    Ok(ours)
+}
+
+/// The receiver's side, second half: check the sender's answer to challenge `ours`, and
+/// answer its challenge.
+pub fn check_answer(stream: &mut TcpStream, token: &[u8], ours: &str) -> Result<(), Refused> {
+    let (theirs, proof) = match wire::receive_small(stream).map_err(receiver_io)? {
         Message::Prove { nonce, mac } => (nonce, mac),
         other => {
             return Err(Some(format!(
@@ -107,7 +121,7 @@ pub fn accept(stream: &mut TcpStream, token: &[u8]) -> Result<(), Option<String>
             )))
         }
     };
-    if !verify(mac(token, "sender", &ours, &theirs), &proof) {
+    if !verify(mac(token, "sender", ours, &theirs), &proof) {
         let _ = wire::send(
             stream,
             &Message::Error {
@@ -119,24 +133,52 @@ pub fn accept(stream: &mut TcpStream, token: &[u8]) -> Result<(), Option<String>
             "authentication failed: the sender does not hold this receiver's token".into(),
         ));
     }
-    let answer = mac(token, "receiver", &theirs, &ours)
+    let answer = mac(token, "receiver", &theirs, ours)
         .finalize()
         .into_bytes();
-    wire::send(stream, &Message::Proven { mac: hex(&answer) }).map_err(io)
+    wire::send(stream, &Message::Proven { mac: hex(&answer) }).map_err(receiver_io)
+}
+
+/// Why the sender's side of the handshake did not end proven.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ProveError {
+    /// The receiver is busy (its handshake places or its connections are all taken): it said
+    /// so (`Error` with `retry`) in place of its challenge or of its proof. Worth trying again
+    /// after a pause.
+    Busy(String),
+    /// Anything else (another token, another protocol, a broken connection): an answer.
+    Failed(String),
+}
+
+impl std::fmt::Display for ProveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProveError::Busy(why) => write!(f, "the receiver is busy ({why})"),
+            ProveError::Failed(why) => f.write_str(why),
+        }
+    }
 }
 
 /// The sender's side: answer the receiver's challenge and check the receiver's answer.
-pub fn prove(stream: &mut TcpStream, token: &[u8]) -> Result<(), String> {
-    let io = |e: std::io::Error| format!("handshake with the receiver: {e}");
+pub fn prove(stream: &mut TcpStream, token: &[u8]) -> Result<(), ProveError> {
+    let io = |e: std::io::Error| ProveError::Failed(format!("handshake with the receiver: {e}"));
     let theirs = match wire::receive(stream).map_err(io)? {
         Message::Hello { version, nonce } if version == wire::VERSION => nonce,
+        Message::Error {
+            message,
+            retry: true,
+        } => return Err(ProveError::Busy(message)),
         Message::Hello { version, .. } => {
-            return Err(format!(
+            return Err(ProveError::Failed(format!(
                 "the receiver speaks transfer protocol {version}, this push {}: run the same vdifrec version at both ends",
                 wire::VERSION
-            ))
+            )))
         }
-        other => return Err(format!("handshake: expected the receiver's challenge, got {other:?}")),
+        other => {
+            return Err(ProveError::Failed(format!(
+                "handshake: expected the receiver's challenge, got {other:?}"
+            )))
+        }
     };
     let ours = nonce();
     let proof = mac(token, "sender", &theirs, &ours).finalize().into_bytes();
@@ -150,14 +192,21 @@ pub fn prove(stream: &mut TcpStream, token: &[u8]) -> Result<(), String> {
     .map_err(io)?;
     match wire::receive(stream).map_err(io)? {
         Message::Proven { mac: m } if verify(mac(token, "receiver", &ours, &theirs), &m) => Ok(()),
-        Message::Proven { .. } => Err(
+        Message::Proven { .. } => Err(ProveError::Failed(
             "authentication failed: the receiver does not hold this token (is it the right host?)"
                 .into(),
-        ),
-        Message::Error { message, .. } => Err(format!("the receiver refused: {message}")),
-        other => Err(format!(
-            "handshake: expected the receiver's proof, got {other:?}"
         )),
+        // Its place was given to a newer connection while this answer was on its way.
+        Message::Error {
+            message,
+            retry: true,
+        } => Err(ProveError::Busy(message)),
+        Message::Error { message, .. } => Err(ProveError::Failed(format!(
+            "the receiver refused: {message}"
+        ))),
+        other => Err(ProveError::Failed(format!(
+            "handshake: expected the receiver's proof, got {other:?}"
+        ))),
     }
 }
 
@@ -169,12 +218,13 @@ mod tests {
     fn pair(
         sender_token: &'static [u8],
         receiver_token: &'static [u8],
-    ) -> (Result<(), String>, Result<(), String>) {
+    ) -> (Result<(), ProveError>, Result<(), String>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let r = std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
-            accept(&mut s, receiver_token).map_err(|e| e.unwrap_or_default())
+            let ours = challenge(&mut s).map_err(|e| e.unwrap_or_default())?;
+            check_answer(&mut s, receiver_token, &ours).map_err(|e| e.unwrap_or_default())
         });
         let mut s = TcpStream::connect(addr).unwrap();
         let sent = prove(&mut s, sender_token);
@@ -188,8 +238,38 @@ mod tests {
             (Ok(()), Ok(()))
         );
         let (sent, received) = pair(b"0123456789abcdef", b"0123456789abcdeF");
-        assert!(sent.unwrap_err().contains("refused: authentication failed"));
+        let ProveError::Failed(why) = sent.unwrap_err() else {
+            panic!("another token is no reason to try again")
+        };
+        assert!(why.contains("refused: authentication failed"), "{why}");
         assert!(received.unwrap_err().contains("authentication failed"));
+    }
+
+    #[test]
+    fn a_busy_answer_is_told_from_a_broken_connection() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let r = std::thread::spawn(move || {
+            // Busy in place of the challenge; then a connection closed without a word.
+            let (mut s, _) = l.accept().unwrap();
+            let busy = Message::Error {
+                message: "busy: try again shortly".into(),
+                retry: true,
+            };
+            wire::send(&mut s, &busy).unwrap();
+            drop(l.accept().unwrap());
+        });
+        let busy = prove(&mut TcpStream::connect(addr).unwrap(), b"0123456789abcdef");
+        assert_eq!(
+            busy,
+            Err(ProveError::Busy("busy: try again shortly".into()))
+        );
+        let broken = prove(&mut TcpStream::connect(addr).unwrap(), b"0123456789abcdef");
+        assert!(
+            matches!(&broken, Err(ProveError::Failed(w)) if w.starts_with("handshake with the receiver")),
+            "{broken:?}"
+        );
+        r.join().unwrap();
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! A quick write test of a directory, for `vdifrec doctor`: how fast a disk takes large
-//! O_DIRECT writes, as blockwrite-style tools measure it, before a station trusts it with
-//! a recording.
+//! Host probes for `vdifrec doctor`, which tells an operator whether this host can record
+//! before a station trusts it with an observation. Here: a quick write test of a directory,
+//! how fast a disk takes large O_DIRECT writes, as blockwrite-style tools measure it. (The
+//! doctor's other checks, socket buffers, NIC rings, huge pages and the like, read the host's
+//! settings on the Python side: only what needs threads and O_DIRECT is here.)
 
 use std::os::fd::AsRawFd;
 use std::path::Path;

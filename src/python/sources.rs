@@ -1,11 +1,11 @@
-//! `Sender` (behind `vdifrec.Sender`), the generator of synthetic recordings, and the
-//! frame-by-frame comparison of a recording with what was sent.
+//! The test sources (`crate::sources`): `Sender` (behind `vdifrec.Sender`), the generator of
+//! synthetic recordings, and the frame-by-frame comparison of a recording with what was sent.
 
 use super::errors::{arg_err, generate_err, send_err, SenderError};
 use super::header::PyHeader;
 use super::to_json;
-use crate::tools::generate::{write_file, GenerateOptions, SignalSpec};
-use crate::tools::sender::{verify_recording, SendConfig, SendOptions, Sender as CoreSender};
+use crate::sources::generate::{write_file, GenerateOptions, SignalSpec};
+use crate::sources::sender::{verify_recording, SendConfig, SendOptions, Sender as CoreSender};
 use pyo3::prelude::*;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -62,7 +62,7 @@ impl PySender {
 /// Writes a synthetic recording (`options`: seconds and signal); returns the first frame's
 /// header.
 #[pyfunction]
-pub fn generate(
+fn generate(
     py: Python<'_>,
     path: std::path::PathBuf,
     options: &Bound<'_, PyAny>,
@@ -79,7 +79,7 @@ pub fn generate(
 /// differing, out_of_order, first_difference.
 #[pyfunction]
 #[pyo3(signature = (path, signal, pool=None))]
-pub fn verify_sent(
+fn verify_sent(
     py: Python<'_>,
     path: std::path::PathBuf,
     signal: &Bound<'_, PyAny>,
@@ -91,4 +91,16 @@ pub fn verify_sent(
         .detach(|| verify_recording(&path, &spec, pool))
         .map_err(send_err)?;
     to_json(&v)
+}
+
+/// Registers the sender, the generator and the comparison on the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add(
+        "TWO_BIT_THRESHOLD_SIGMA",
+        crate::sources::generate::TWO_BIT_THRESHOLD_SIGMA,
+    )?;
+    m.add_class::<PySender>()?;
+    m.add_function(wrap_pyfunction!(generate, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_sent, m)?)?;
+    Ok(())
 }

@@ -7,11 +7,16 @@
 //! reboot resumes with only the blocks missing), reads the whole copy back at the end, and
 //! only then gives it its name. How many connections is chosen from measured throughput and
 //! both hosts' CPU use (`streams`). Both ends prove that they hold a shared token
-//! (`auth`); the receiver writes only names it accepts (`names`) below its directory.
+//! (`auth`), the receiver in few places for handshakes that no one address can hold all of
+//! (`handshakes`); the receiver writes only names it accepts (`names`) below its directory.
+//!
+//! A stage of its own beside `record`: it runs after (or while) scans are recorded and reads
+//! them from disk with `vdif::scan`, so it uses `vdif`, `options` and `units`, never `record`.
 
 pub mod auth;
 pub mod blocks;
 pub mod cpu;
+pub mod handshakes;
 pub mod items;
 pub mod manifest;
 pub mod names;

@@ -3,11 +3,14 @@
 //! (`.<name>.vdifrec-part`, preallocated), block by block at each block's offset, each block
 //! checked against its xxh3-128 before it is written and acknowledged. A manifest lists the
 //! blocks on disk; the copy gets its name only after the whole of it was read back and every
-//! block matched. A refused or broken connection never stops the receiver.
+//! block matched. A refused or broken connection never stops the receiver, and connections
+//! that say nothing cannot keep others out: the handshakes have few places, shared between
+//! addresses, that a silent connection gives up to a newer one (`handshakes`).
 
 use super::auth;
 use super::blocks::BlockMap;
 use super::cpu::CpuCounters;
+use super::handshakes::{self, Handshakes};
 use super::manifest::Manifest;
 use super::names::{manifest_name, name_problem, partial_name};
 use super::wire::{self, BlockIndex, Message, Offer, PlanState, Shape};
@@ -212,31 +215,12 @@ struct Shared {
     next_connection: AtomicU64,
     events: Mutex<Vec<ReceiveEvent>>,
     stop: AtomicBool,
-    /// Connections that have not proven the token yet.
-    unproven: AtomicUsize,
+    /// Places for connections that have not proven the token yet.
+    handshakes: Handshakes,
 }
 
-/// At most this many connections may be in their handshake at once.
-const MAX_UNPROVEN: usize = 16;
-
-/// A place among the connections not yet proven, given back when dropped.
-struct Unproven<'a>(&'a AtomicUsize);
-
-impl<'a> Unproven<'a> {
-    fn enter(count: &'a AtomicUsize) -> Option<Unproven<'a>> {
-        if count.fetch_add(1, Ordering::Relaxed) >= MAX_UNPROVEN {
-            count.fetch_sub(1, Ordering::Relaxed);
-            return None;
-        }
-        Some(Unproven(count))
-    }
-}
-
-impl Drop for Unproven<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
+/// How long a connection may say nothing in its handshake before it is dropped.
+const HANDSHAKE_SILENCE: Duration = Duration::from_secs(10);
 
 /// TCP keepalive probes after 10 s idle, every 5 s, 4 of them: a half-open connection (the
 /// other end gone without a word) ends within about 30 s instead of hours.
@@ -312,7 +296,11 @@ impl Receiver {
                 next_connection: AtomicU64::new(1),
                 events: Mutex::default(),
                 stop: AtomicBool::new(false),
-                unproven: AtomicUsize::new(0),
+                handshakes: Handshakes::new(
+                    handshakes::MOST,
+                    handshakes::PER_PEER,
+                    handshakes::GRACE,
+                ),
             }),
         })
     }
@@ -421,25 +409,20 @@ fn connection(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
     }
     // A dead peer (a path gone, a host rebooted) is noticed within about half a minute.
     keepalive(&stream);
-    // A peer that connects and says nothing is dropped; one that proves the token gets time.
-    // Connections not yet proven are few, so that strangers cannot hold every slot.
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let _unproven = Unproven::enter(&shared.unproven);
-    if _unproven.is_none() {
-        return;
-    }
     let event = |name: &str, message: String| ReceiveEvent::refused(peer, name, message);
-    let proven = auth::accept(&mut stream, &shared.token);
-    drop(_unproven);
-    if let Err(refused) = proven {
-        // A peer that left before proving anything is not worth a line; one that failed is.
-        let Some(why) = refused else { return };
-        shared
-            .events
-            .lock()
-            .unwrap()
-            .push(event("", format!("connection from {peer}: {why}")));
-        return;
+    match handshake(&shared, &mut stream, peer) {
+        Ok(()) => {}
+        // A peer that left before proving anything, or was answered busy, is not worth a
+        // line; one that failed is.
+        Err(None) => return,
+        Err(Some(why)) => {
+            shared
+                .events
+                .lock()
+                .unwrap()
+                .push(event("", format!("connection from {peer}: {why}")));
+            return;
+        }
     }
     let _ = stream.set_read_timeout(Some(Duration::from_secs(120)));
     match wire::receive(&mut stream) {
@@ -467,6 +450,66 @@ fn connection(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
             shared.events.lock().unwrap().push(event("", why));
         }
     }
+}
+
+/// The token handshake, in one of the few places for it (`handshakes`): a peer that connects
+/// and says nothing is dropped after `HANDSHAKE_SILENCE`, or sooner, answered busy, when a
+/// newer connection needs its place; a newcomer that finds no place is answered busy at once,
+/// in place of the challenge, so that a push tries again rather than failing.
+fn handshake(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+) -> Result<(), auth::Refused> {
+    let place = match shared
+        .handshakes
+        .enter(peer.ip(), Instant::now(), stream.try_clone().ok())
+    {
+        Ok(place) => place,
+        Err(busy) => {
+            not_now(stream, busy);
+            return Err(None);
+        }
+    };
+    let ours = auth::challenge(stream)?;
+    // Wait for the answer's first bytes, looking between waits whether the place has gone
+    // to a newer connection.
+    let until = Instant::now() + HANDSHAKE_SILENCE;
+    loop {
+        if place.gave_way() {
+            not_now(
+                stream,
+                format!(
+                    "busy: this connection said nothing for {} s or more and gave its place to a newer one; try again",
+                    handshakes::GRACE.as_secs()
+                ),
+            );
+            return Err(None);
+        }
+        match wire::readable(stream, Duration::from_millis(100)) {
+            Ok(true) => break,
+            Ok(false) if Instant::now() < until => {}
+            Ok(false) => {
+                return Err(Some(format!(
+                    "handshake: nothing said for {} s",
+                    HANDSHAKE_SILENCE.as_secs()
+                )))
+            }
+            Err(_) => return Err(None),
+        }
+    }
+    if !place.spoke() {
+        // It gave way just as its answer arrived.
+        not_now(
+            stream,
+            "busy: this connection's place went to a newer one; try again".into(),
+        );
+        return Err(None);
+    }
+    // The rest of the answer is a few hundred bytes: it gets what is left of the time.
+    let left = until.saturating_duration_since(Instant::now());
+    let _ = stream.set_read_timeout(Some(left.max(Duration::from_millis(100))));
+    auth::check_answer(stream, &shared.token, &ours)
 }
 
 fn problem_with(offer: &Offer) -> Option<String> {
