@@ -76,6 +76,26 @@ def _drop_test_modules(code: str) -> str:
     return "".join(out)
 
 
+def _inline_modules_flattened(code: str) -> str:
+    """The code with `super::` inside an inline `mod name { ... }` read as the file's own module
+    (`self::`), so that an inline module's paths count as its file's."""
+    out, i = [], 0
+    for m in re.finditer(r"\bmod\s+\w+\s*\{", code):
+        if m.start() < i:
+            continue
+        depth, end = 0, len(code)
+        for k in range(m.end() - 1, len(code)):
+            depth += {"{": 1, "}": -1}.get(code[k], 0)
+            if depth == 0:
+                end = k + 1
+                break
+        out.append(code[i : m.start()])
+        out.append(code[m.start() : end].replace("super::", "self::"))
+        i = end
+    out.append(code[i:])
+    return "".join(out)
+
+
 def _use_trees(code: str) -> Iterator[tuple[bool, str]]:
     """(is `pub use`, the use tree's text) of each `use` statement."""
     for m in re.finditer(r"(\bpub(?:\([^)]*\))?\s+)?\buse\s+([^;]+);", code):
@@ -133,7 +153,7 @@ class RustCrate:
 
     def __init__(self, src: Path) -> None:
         self.files = rust_modules(src)
-        self.code = {m: _drop_test_modules(_strip(f.read_text())) for m, f in self.files.items()}
+        self.code = {m: _inline_modules_flattened(_drop_test_modules(_strip(f.read_text()))) for m, f in self.files.items()}
         # module → {name: absolute path} of its `pub use` re-exports.
         self.reexports: dict[str, dict[str, str]] = {}
         self.globs: dict[str, list[str]] = {}

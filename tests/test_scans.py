@@ -1,6 +1,6 @@
-"""Scans on several disks read back: layouts written here by hand, following REFERENCE.md (an
-independent writer), from a file `vdifrec.generate` made; baseband reading that file is the
-oracle for samples, its bytes the oracle for `gather`."""
+"""Scans on several disks read back: layouts written here by hand (an independent writer,
+following docs/reference/formats/layouts.md) from a file `vdifrec.generate` made; baseband
+reading that file is the oracle for samples, its bytes the oracle for `gather`."""
 
 from __future__ import annotations
 

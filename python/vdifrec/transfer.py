@@ -76,7 +76,8 @@ def push(
     block_size : bytes per block (default 64 MiB; a multiple of 4 KiB).
     rate : a cap on the aggregate rate: ``"4Gbps"`` (bits) or ``"500MB/s"`` (bytes).
     nice : lower the push threads' CPU priority and I/O class, to share a recording host.
-    retry_seconds : how long to keep reconnecting when connections break (default 60).
+    retry_seconds : how long to keep trying when connections break without progress, or while the
+        receiver answers busy (default 60).
     progress : called about four times a second with a :class:`PushProgress`.
     check : raise :class:`TransferError` (with the summary as ``.summary``) when an item
         was refused, failed or was interrupted.
