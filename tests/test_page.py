@@ -394,3 +394,41 @@ def test_page_of_a_real_recorder(browser: Browser) -> None:
             sender.stop()
         if rec.running:
             rec.stop()
+
+
+def test_the_header_names_the_disks_a_scan_is_written_to(browser: Browser, tmp_path: Path) -> None:
+    import vdifrec
+
+    disks = [tmp_path / f"disk{i}" for i in range(3)]
+    for d in disks:
+        d.mkdir()
+    rec = vdifrec.Recorder(port=0, ring="64MiB", frame_size=8224, disks=[str(d) for d in disks],
+                           status_listen="127.0.0.1:0", live=False)
+    rec.start()
+    sender = None
+    try:
+        assert rec.address is not None and rec.status_address is not None
+        base = "http://%s:%d" % rec.status_address
+        browser.open(base + "/")
+        browser.wait_for("window.vdifrecPage.polls >= 1", timeout=20)
+        # Between scans nothing is written.
+        assert browser.evaluate("document.getElementById('current-file').textContent") == "–"
+        name = rec.start_scan("page_scan")
+        sender = vdifrec.Sender(rec.address, duration=60, fps=2000)  # stopped below
+        # A vbs scan has no one file: its chunks go to the three disks, and the header says so.
+        want = "3 disks: " + ", ".join(str(d) for d in disks)
+        browser.wait_for(f"document.getElementById('current-file').textContent === {json.dumps(want)}", timeout=20)
+        assert get_status(base)["scan_disks"] == [str(d) for d in disks]
+        assert browser.evaluate("document.getElementById('scan').textContent") == name
+        sender.stop()
+        sender = None
+        rec.stop_scan()
+        browser.wait_for("document.getElementById('current-file').textContent === '–'", timeout=20)
+        assert get_status(base)["scan_disks"] == []
+        browser.drain()
+        assert browser.errors == []
+    finally:
+        if sender is not None:
+            sender.stop()
+        if rec.running:
+            rec.stop()

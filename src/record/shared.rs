@@ -58,6 +58,8 @@ struct Common {
     senders: Mutex<Vec<u64>>,
     /// The scan being written (from its start until its tail is on disk), for the status.
     scan: Mutex<Option<String>>,
+    /// The disks that scan is being written to (those still in the set), for the status.
+    scan_disks: Mutex<Vec<String>>,
 }
 
 /// State shared by the recorder, the capture thread, the writer thread and the status server
@@ -127,6 +129,7 @@ impl Shared {
             frames_buffered: AtomicU64::new(0),
             senders: Mutex::new(Vec::new()),
             scan: Mutex::new(None),
+            scan_disks: Mutex::new(Vec::new()),
         });
         Shared::with_common(has_writer, common)
     }
@@ -311,10 +314,22 @@ impl Shared {
     /// The scan now written (its name on disk), or None once it is closed: set by the scan
     /// gate as the scan starts and ends, read by the status.
     pub fn set_scan(&self, name: Option<String>) {
+        if name.is_none() {
+            self.common.scan_disks.lock().unwrap().clear();
+        }
         *self.common.scan.lock().unwrap() = name;
     }
     pub fn scan(&self) -> Option<String> {
         self.common.scan.lock().unwrap().clone()
+    }
+
+    /// The disks the scan now written goes to (a disk that fills or fails leaves the list):
+    /// set by the scan gate, cleared with the scan, read by the status.
+    pub fn set_scan_disks(&self, disks: Vec<String>) {
+        *self.common.scan_disks.lock().unwrap() = disks;
+    }
+    pub fn scan_disks(&self) -> Vec<String> {
+        self.common.scan_disks.lock().unwrap().clone()
     }
 
     // -- what the threads report ------------------------------------------------------

@@ -49,6 +49,9 @@ struct Status<'a> {
     /// The scan being written (from its start until its tail is on disk); null between scans
     /// and for a continuous recording.
     scan: Option<String>,
+    /// The disks that scan is being written to (a disk that filled or failed has left it);
+    /// empty between scans.
+    scan_disks: Vec<String>,
     /// Fill of the fullest disk (0..1); null when monitoring.
     disk_fill: Option<f64>,
     disks: &'a [DiskSpace],
@@ -241,6 +244,7 @@ pub fn status_json(streams: &[Arc<Shared>], disks: &[DiskSpace], rates: Rates) -
     let doc = Status {
         state: stats.state,
         scan: shared.scan(),
+        scan_disks: shared.scan_disks(),
         disk_fill: diskspace::fullest(disks),
         disks,
         start_time: iso(shared.started_unix()),
@@ -633,9 +637,14 @@ mod tests {
             disk("/mnt/gone", None),
         ];
         shared[0].set_scan(Some("ev001_Kv_scan1".into()));
+        shared[0].set_scan_disks(vec!["/mnt/disk0".into(), "/mnt/disk \"1\"".into()]);
         let doc: serde_json::Value =
             serde_json::from_str(&status_json(&shared, &disks, Rates::default())).unwrap();
         assert_eq!(doc["scan"], "ev001_Kv_scan1");
+        assert_eq!(
+            doc["scan_disks"],
+            serde_json::json!(["/mnt/disk0", "/mnt/disk \"1\""])
+        );
         assert_eq!(doc["disk_fill"], 0.75);
         assert_eq!(doc["disks"][0]["path"], "/mnt/disk0");
         assert_eq!(doc["disks"][0]["size_bytes"], 4000);
@@ -669,7 +678,12 @@ mod tests {
         assert!(!m.contains("{disk="));
         // A scan that ended is no longer named.
         shared[0].set_scan(Some("s".into()));
+        shared[0].set_scan_disks(vec!["/d0".into()]);
         shared[0].set_scan(None);
         assert_eq!(shared[0].scan(), None);
+        assert!(
+            shared[0].scan_disks().is_empty(),
+            "the disks leave with the scan"
+        );
     }
 }

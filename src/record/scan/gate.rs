@@ -113,6 +113,7 @@ impl Gate {
                     board: b.clone(),
                     active: None,
                     written_before: 0,
+                    disks_shown: None,
                 };
                 g.run();
                 let (m, cv) = &*b;
@@ -269,6 +270,8 @@ struct GateLoop {
     active: Option<Active>,
     /// Bytes written by scans already finished (for the live total).
     written_before: u64,
+    /// The disks the status was last told the scan goes to (indices into `disks`).
+    disks_shown: Option<Vec<usize>>,
 }
 
 impl GateLoop {
@@ -317,6 +320,15 @@ impl GateLoop {
                     .map_or(0, |w| w.log.lock().unwrap().bytes_written);
                 for i in &self.inputs {
                     i.shared.set_bytes_written(self.written_before + written);
+                }
+                // The status names the disks the scan goes to; one that fills or fails leaves.
+                let alive = self.disks.alive();
+                if self.disks_shown.as_ref() != Some(&alive) {
+                    let paths = alive
+                        .iter()
+                        .map(|&d| self.disks.disks[d].path.display().to_string());
+                    self.inputs[0].shared.set_scan_disks(paths.collect());
+                    self.disks_shown = Some(alive);
                 }
             }
             if self
@@ -489,6 +501,7 @@ impl GateLoop {
         b.finished.push(s);
         b.active = None;
         self.inputs[0].shared.set_scan(None);
+        self.disks_shown = None;
         cv.notify_all();
     }
 
