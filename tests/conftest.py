@@ -6,6 +6,7 @@ import collections
 import dataclasses
 import os
 import re
+import select
 import socket
 import subprocess
 import sys
@@ -89,6 +90,8 @@ def delivered(address: tuple[str, int], sent: int, taken: Callable[[], int] | No
     (else an empty queue tells that the recorder has read the rest). The kernel counts drops
     per socket: for a socket that has had datagrams before, `drops_before` is its count then
     (the `kernel_drops` of the last Delivery), and the drops of these `sent` are returned.
+    Where they are not all taken or dropped within `timeout` seconds, the test fails, saying
+    what was seen.
 
     The kernel tells a receiver of its drops only with the next datagram it queues (SO_RXQ_OVFL),
     so drops at the very end of a stream would go unreported, where a real stream goes on and
@@ -114,6 +117,12 @@ def delivered(address: tuple[str, int], sent: int, taken: Callable[[], int] | No
             if queued == 0 and (taken() + drops - drops_before >= n if taken else time.monotonic() - calm_since >= 0.1):
                 return
             time.sleep(0.01)
+        # Not delivered in time: what follows would compare counts of a stream still under way.
+        queued, drops = state()
+        raise AssertionError(
+            f"{n} datagrams to port {port} not taken or dropped within {timeout} s: {queued} bytes still queued, "
+            f"{drops - drops_before} dropped by the kernel"
+            + (f", {taken()} taken by the recorder" if taken else ", the queue never empty and calm for 0.1 s"))
 
     wait(sent)
     flushes = 0
@@ -160,6 +169,32 @@ def output_line(path: Path, pattern: str, timeout: float = 30.0, proc: subproces
         time.sleep(0.05)
     assert m, path.read_text()
     return m
+
+
+def read_until(proc: subprocess.Popen[str], pattern: str, timeout: float = 30.0) -> tuple[re.Match[str], str]:
+    """Reads what `proc` writes to its stdout pipe until a whole line matches `pattern` (its
+    'listening on ...' line), for at most `timeout` seconds: a line that never comes fails the
+    test, where readline() would wait for ever. Returns the match and all that was read (the
+    pipe is read directly, so communicate() later gives the rest)."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    raw = b""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = raw.decode(errors="replace")
+        for line in text.splitlines(keepends=True):
+            if line.endswith("\n") and (m := re.search(pattern, line)):
+                return m, text
+        left = deadline - time.monotonic()
+        ready = select.select([fd], [], [], min(left, 0.5))[0] if left > 0 else []
+        chunk = os.read(fd, 1 << 16) if ready else None
+        if left <= 0 or chunk == b"":
+            proc.kill()
+            _, err = proc.communicate(timeout=30)
+            why = f"not within {timeout} s" if left <= 0 else f"before it exited with status {proc.returncode}"
+            raise AssertionError(f"no line matching {pattern!r} {why}; it wrote {text!r} and to stderr {err!r}")
+        if chunk:
+            raw += chunk
 
 
 def frames_of(data: bytes | Path, frame_size: int = 8224) -> np.ndarray:

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import vdifrec
-from conftest import delivered, frames_of, left_out, loss_by_second, udp_receive_buffer_errors, vdif_keys
+from conftest import delivered, frames_of, left_out, loss_by_second, read_until, udp_receive_buffer_errors, vdif_keys
 
 FS = 8224
 START = dict(ref_epoch=53, start_second=5000)
@@ -192,10 +192,13 @@ def test_disk_full_stops_cleanly_on_frame_boundaries(tmp_path: Path) -> None:
         rec = vdifrec.Recorder(port=0, ring="64MiB", path=out)
         rec.start()
         assert rec.address is not None
-        sender = vdifrec.Sender(rec.address, frames=4000, fps=4000, record_sent=sent_file, **START)
-        assert wait_until(lambda: rec.finished)
+        # The stream goes on until the disk is full (however much of it the kernel drops).
+        sender = vdifrec.Sender(rec.address, duration=120, fps=4000, record_sent=sent_file, **START)
+        try:
+            assert wait_until(lambda: rec.finished, timeout=60), "the recording did not end on the full disk"
+        finally:
+            sender.stop()
         summary = rec.stop()
-        sender.stop()
         assert not summary.ok
         assert summary.error is not None and "No space left on device" in summary.error
         assert summary.invariant_holds
@@ -211,19 +214,20 @@ def test_disk_full_from_the_command_line_exits_non_zero(tmp_path: Path) -> None:
     with small_filesystem(8) as mnt:
         proc = subprocess.Popen(
             [sys.executable, "-m", "vdifrec.cli", "record", "--port", "0", "--ring", "32MiB",
-             "--out", str(mnt / "cli.vdif"), "--duration", "30"],
+             "--out", str(mnt / "cli.vdif"), "--duration", "60"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        assert proc.stdout is not None
-        port = None
-        for _ in range(20):
-            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", proc.stdout.readline())
-            if m:
-                port = int(m.group(1))
-                break
-        assert port is not None
-        vdifrec.Sender(("127.0.0.1", port), frames=3000, fps=3000, **START).wait(30)
-        stdout, stderr = proc.communicate(timeout=60)
+        m, head = read_until(proc, r"listening on 127\.0\.0\.1:(\d+)")
+        # The stream goes on until the recorder has filled the disk and exited.
+        sender = vdifrec.Sender(("127.0.0.1", int(m.group(1))), duration=120, fps=3000, **START)
+        try:
+            stdout, stderr = proc.communicate(timeout=90)
+        finally:
+            sender.stop()
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+        stdout = head + stdout
         assert proc.returncode == 1
         assert "not everything buffered reached the disk" in stderr and "No space left" in stderr
         m = re.search(r"Bytes written: (\d+)  dropped on the way to disk: (\d+)", stdout)
@@ -237,8 +241,12 @@ def test_disk_limit_test_aid_gives_the_same_accounting(tmp_path: Path) -> None:
     rec = vdifrec.Recorder(port=0, ring="64MiB", path=out, disk_limit=10_000_000, direct=False)
     rec.start()
     assert rec.address is not None
-    vdifrec.Sender(rec.address, frames=3000, fps=5000, record_sent=sent_file, **START).wait(30)
-    assert wait_until(lambda: rec.finished)
+    # The stream goes on until the limit is reached (however much of it the kernel drops).
+    sender = vdifrec.Sender(rec.address, duration=120, fps=5000, record_sent=sent_file, **START)
+    try:
+        assert wait_until(lambda: rec.finished, timeout=60), "the recording did not end at the disk limit"
+    finally:
+        sender.stop()
     s = rec.stop()
     assert not s.ok and s.invariant_holds and "No space left" in (s.error or "")
     assert s.bytes_written == 10_000_000 // FS * FS == out.stat().st_size
@@ -287,13 +295,8 @@ def start_record(*args: str) -> tuple[subprocess.Popen[str], int]:
     # A ring of 15,872 frames: seconds of these streams, should the disk be slow.
     proc = subprocess.Popen([sys.executable, "-m", "vdifrec.cli", "record", "--port", "0", "--ring", "128MiB", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    for _ in range(20):
-        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", proc.stdout.readline())
-        if m:
-            return proc, int(m.group(1))
-    proc.kill()
-    raise AssertionError("no listening line")
+    m, _ = read_until(proc, r"listening on 127\.0\.0\.1:(\d+)")
+    return proc, int(m.group(1))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
