@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import os
 import re
 import select
@@ -195,6 +196,14 @@ def read_until(proc: subprocess.Popen[str], pattern: str, timeout: float = 30.0)
             raise AssertionError(f"no line matching {pattern!r} {why}; it wrote {text!r} and to stderr {err!r}")
         if chunk:
             raw += chunk
+
+
+def ring_holding(frames: int, frame_size: int = 8224) -> str:
+    """A ring size that holds `frames` frames whole (the ring is laid out in runs of 128 frames,
+    one run spare), as the recorder reads it: so that a stream of that many frames cannot
+    overflow it however slow the disk."""
+    runs = math.ceil(frames / 128) + 1
+    return f"{math.ceil(runs * 128 * frame_size / (1 << 20))}MiB"
 
 
 def frames_of(data: bytes | Path, frame_size: int = 8224) -> np.ndarray:
