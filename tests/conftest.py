@@ -12,8 +12,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -204,6 +206,50 @@ def ring_holding(frames: int, frame_size: int = 8224) -> str:
     overflow it however slow the disk."""
     runs = math.ceil(frames / 128) + 1
     return f"{math.ceil(runs * 128 * frame_size / (1 << 20))}MiB"
+
+
+# -- the live monitor -------------------------------------------------------------------------
+#
+# The live monitor runs at the lowest priority (SCHED_IDLE): it looks only with CPU nobody else
+# wants, and only while frames arrive. On a host loaded by other work it may not look for as
+# long as a test can wait. What it promises then is to count each second it let pass (skips).
+# So a test keeps its stream flowing until the first look (bounded); without one, the monitor
+# must have said why, and the test is skipped with that.
+
+T = TypeVar("T")
+
+#: How long a test waits for the live monitor's first look.
+LIVE_LOOK_TIMEOUT = 60.0
+
+
+def metric(base: str, name: str) -> float:
+    """The value of the unlabelled series `name` in the `GET /metrics` of the status server at
+    `base` (http://host:port)."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    assert m, f"{name} is not in {base}/metrics:\n{text}"
+    return float(m.group(1))
+
+
+def first_live_look(look: Callable[[], T | None], base: str, timeout: float = LIVE_LOOK_TIMEOUT) -> T:
+    """Waits (bounded) until `look()` gives the live monitor's first look, and returns it. The
+    caller keeps the stream flowing meanwhile. With none in `timeout` s the monitor must have
+    counted the seconds it skipped (`vdifrec_live_skips_total` of the status server at `base`):
+    then the test is skipped saying so; without even that it fails."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = look()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    skips = metric(base, "vdifrec_live_skips_total")
+    assert skips >= 1, (f"the live monitor made no look in {timeout:g} s of a flowing stream and counted no "
+                        "second skipped: it neither looked nor said why")
+    pytest.skip(f"the live monitor (SCHED_IDLE) made no look in {timeout:g} s on this busy host: it counted "
+                f"{skips:.0f} s skipped for want of idle CPU, as it promises")
 
 
 def frames_of(data: bytes | Path, frame_size: int = 8224) -> np.ndarray:
