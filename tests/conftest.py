@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import os
 import re
+import select
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -89,6 +93,8 @@ def delivered(address: tuple[str, int], sent: int, taken: Callable[[], int] | No
     (else an empty queue tells that the recorder has read the rest). The kernel counts drops
     per socket: for a socket that has had datagrams before, `drops_before` is its count then
     (the `kernel_drops` of the last Delivery), and the drops of these `sent` are returned.
+    Where they are not all taken or dropped within `timeout` seconds, the test fails, saying
+    what was seen.
 
     The kernel tells a receiver of its drops only with the next datagram it queues (SO_RXQ_OVFL),
     so drops at the very end of a stream would go unreported, where a real stream goes on and
@@ -114,6 +120,12 @@ def delivered(address: tuple[str, int], sent: int, taken: Callable[[], int] | No
             if queued == 0 and (taken() + drops - drops_before >= n if taken else time.monotonic() - calm_since >= 0.1):
                 return
             time.sleep(0.01)
+        # Not delivered in time: what follows would compare counts of a stream still under way.
+        queued, drops = state()
+        raise AssertionError(
+            f"{n} datagrams to port {port} not taken or dropped within {timeout} s: {queued} bytes still queued, "
+            f"{drops - drops_before} dropped by the kernel"
+            + (f", {taken()} taken by the recorder" if taken else ", the queue never empty and calm for 0.1 s"))
 
     wait(sent)
     flushes = 0
@@ -160,6 +172,84 @@ def output_line(path: Path, pattern: str, timeout: float = 30.0, proc: subproces
         time.sleep(0.05)
     assert m, path.read_text()
     return m
+
+
+def read_until(proc: subprocess.Popen[str], pattern: str, timeout: float = 30.0) -> tuple[re.Match[str], str]:
+    """Reads what `proc` writes to its stdout pipe until a whole line matches `pattern` (its
+    'listening on ...' line), for at most `timeout` seconds: a line that never comes fails the
+    test, where readline() would wait for ever. Returns the match and all that was read (the
+    pipe is read directly, so communicate() later gives the rest)."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    raw = b""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = raw.decode(errors="replace")
+        for line in text.splitlines(keepends=True):
+            if line.endswith("\n") and (m := re.search(pattern, line)):
+                return m, text
+        left = deadline - time.monotonic()
+        ready = select.select([fd], [], [], min(left, 0.5))[0] if left > 0 else []
+        chunk = os.read(fd, 1 << 16) if ready else None
+        if left <= 0 or chunk == b"":
+            proc.kill()
+            _, err = proc.communicate(timeout=30)
+            why = f"not within {timeout} s" if left <= 0 else f"before it exited with status {proc.returncode}"
+            raise AssertionError(f"no line matching {pattern!r} {why}; it wrote {text!r} and to stderr {err!r}")
+        if chunk:
+            raw += chunk
+
+
+def ring_holding(frames: int, frame_size: int = 8224) -> str:
+    """A ring size that holds `frames` frames whole (the ring is laid out in runs of 128 frames,
+    one run spare), as the recorder reads it: so that a stream of that many frames cannot
+    overflow it however slow the disk."""
+    runs = math.ceil(frames / 128) + 1
+    return f"{math.ceil(runs * 128 * frame_size / (1 << 20))}MiB"
+
+
+# -- the live monitor -------------------------------------------------------------------------
+#
+# The live monitor runs at the lowest priority (SCHED_IDLE): it looks only with CPU nobody else
+# wants, and only while frames arrive. On a host loaded by other work it may not look for as
+# long as a test can wait. What it promises then is to count each second it let pass (skips).
+# So a test keeps its stream flowing until the first look (bounded); without one, the monitor
+# must have said why, and the test is skipped with that.
+
+T = TypeVar("T")
+
+#: How long a test waits for the live monitor's first look.
+LIVE_LOOK_TIMEOUT = 60.0
+
+
+def metric(base: str, name: str) -> float:
+    """The value of the unlabelled series `name` in the `GET /metrics` of the status server at
+    `base` (http://host:port)."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    assert m, f"{name} is not in {base}/metrics:\n{text}"
+    return float(m.group(1))
+
+
+def first_live_look(look: Callable[[], T | None], base: str, timeout: float = LIVE_LOOK_TIMEOUT) -> T:
+    """Waits (bounded) until `look()` gives the live monitor's first look, and returns it. The
+    caller keeps the stream flowing meanwhile. With none in `timeout` s the monitor must have
+    counted the seconds it skipped (`vdifrec_live_skips_total` of the status server at `base`):
+    then the test is skipped saying so; without even that it fails."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = look()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    skips = metric(base, "vdifrec_live_skips_total")
+    assert skips >= 1, (f"the live monitor made no look in {timeout:g} s of a flowing stream and counted no "
+                        "second skipped: it neither looked nor said why")
+    pytest.skip(f"the live monitor (SCHED_IDLE) made no look in {timeout:g} s on this busy host: it counted "
+                f"{skips:.0f} s skipped for want of idle CPU, as it promises")
 
 
 def frames_of(data: bytes | Path, frame_size: int = 8224) -> np.ndarray:

@@ -29,9 +29,10 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 @contextlib.contextmanager
 def veth_pair() -> Iterator[dict[str, str]]:
-    """Yields {ns_s, ns_r, if_s, if_r, no_vlan}: the sender's and the receiver's namespace and
-    interface (MTU 9000, IPv4 and IPv6), and, when the kernel cannot make VLAN devices, why
-    (otherwise a VLAN 42 with 198.18.1.0/30 sits on top)."""
+    """Yields {ns_s, ns_r, if_s, if_r, no_vlan, no_ipv6}: the sender's and the receiver's
+    namespace and interface (MTU 9000, IPv4, and IPv6 where the kernel has it), and, when the
+    kernel cannot make VLAN devices or IPv6 addresses, why (otherwise a VLAN 42 with
+    198.18.1.0/30 sits on top, and each interface has its fd00:5de:: address)."""
     if shutil.which("ip") is None:
         raise NamespacesUnavailable("iproute2's `ip` is not installed (apt-get install iproute2)")
     tag = str(os.getpid() % 100000)
@@ -44,16 +45,21 @@ def veth_pair() -> Iterator[dict[str, str]]:
         sh("ip", "netns", "add", ns_r)
         sh("ip", "link", "add", if_s, "netns", ns_s, "mtu", "9000", "type", "veth", "peer", "name", if_r,
            "netns", ns_r, "mtu", "9000")
+        no_ipv6 = ""
         for ns, dev, v4, v6 in ((ns_s, if_s, SENDER_V4, SENDER_V6), (ns_r, if_r, RECEIVER_V4, RECEIVER_V6)):
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             sh("ip", "-n", ns, "addr", "add", f"{v4}/30", "dev", dev)
-            sh("ip", "-n", ns, "addr", "add", f"{v6}/64", "dev", dev, "nodad")
+            if not no_ipv6:
+                # A kernel booted with ipv6.disable=1 (or IPv6 turned off) refuses the address.
+                made = sh("ip", "-n", ns, "addr", "add", f"{v6}/64", "dev", dev, "nodad", check=False)
+                if made.returncode != 0:
+                    no_ipv6 = f"IPv6 is not available in these namespaces ({made.stderr.strip()})"
             sh("ip", "-n", ns, "link", "set", dev, "up")
         # Static neighbour entries: with no ARP/ND to wait for (and no tentative link-local
         # address to hold IPv6 solicitation back), the first frame of a stream is delivered
         # rather than parked in the kernel's short unresolved-neighbour queue.
         mac_r = json.loads(sh("ip", "-n", ns_r, "-j", "link", "show", if_r).stdout)[0]["address"]
-        for addr in (RECEIVER_V4, RECEIVER_V6):
+        for addr in (RECEIVER_V4,) if no_ipv6 else (RECEIVER_V4, RECEIVER_V6):
             sh("ip", "-n", ns_s, "neigh", "replace", addr, "lladdr", mac_r, "dev", if_s, "nud", "permanent")
         vlan = ""
         for ns, dev, v4vlan in ((ns_s, if_s, "198.18.1.1/30"), (ns_r, if_r, f"{RECEIVER_VLAN_V4}/30")):
@@ -68,7 +74,7 @@ def veth_pair() -> Iterator[dict[str, str]]:
             mac_rv = json.loads(sh("ip", "-n", ns_r, "-j", "link", "show", f"{if_r}.42").stdout)[0]["address"]
             sh("ip", "-n", ns_s, "neigh", "replace", RECEIVER_VLAN_V4, "lladdr", mac_rv, "dev", f"{if_s}.42",
                "nud", "permanent")
-        yield {"ns_s": ns_s, "ns_r": ns_r, "if_s": if_s, "if_r": if_r, "no_vlan": vlan}
+        yield {"ns_s": ns_s, "ns_r": ns_r, "if_s": if_s, "if_r": if_r, "no_vlan": vlan, "no_ipv6": no_ipv6}
     finally:
         sh("ip", "netns", "del", ns_s, check=False)
         sh("ip", "netns", "del", ns_r, check=False)
@@ -77,9 +83,15 @@ def veth_pair() -> Iterator[dict[str, str]]:
 def port_sink(ns: str, port: int, python: str) -> subprocess.Popen[bytes]:
     """A socket bound to `port` in `ns`, never read, so the receiver's kernel does not answer a
     stream meant for a raw-socket recorder with "port unreachable" (AF_PACKET sees the
-    packets whatever the kernel does with them). Kill it when done."""
+    packets whatever the kernel does with them). IPv4 and IPv6 on one socket, or IPv4 alone
+    where the kernel has no IPv6. Kill it when done."""
     return subprocess.Popen(["ip", "netns", "exec", ns, python, "-c",
                              "import socket,time\n"
-                             "s=socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n"
-                             "s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n"
-                             f"s.bind(('::', {port})); time.sleep(120)"])
+                             "try:\n"
+                             "    s=socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n"
+                             "    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n"
+                             f"    s.bind(('::', {port}))\n"
+                             "except OSError:\n"
+                             "    s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                             f"    s.bind(('0.0.0.0', {port}))\n"
+                             "time.sleep(120)"])

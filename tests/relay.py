@@ -4,10 +4,17 @@ long round trip) and the total (the path), cuts connections, and flips a byte in
 
 Connections are numbered in the order accepted: with a push, 0 is the control connection and
 1, 2, ... the data connections. Every loop is bounded by the sockets closing and by `close()`.
+
+The relayed sockets stay blocking, as a path would: a receiver that pauses holds the sender up
+(TCP's own flow control), never cuts it. A timeout is a property of the socket object, shared by
+both directions' threads: one set for polling would make the other direction's `sendall` fail
+whenever the receiver paused that long. So each thread polls for `close()` with `select`
+before it reads, and `close()` shuts the sockets down, which ends a `sendall` held up.
 """
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -82,6 +89,9 @@ class Relay:
             except OSError:
                 a.close()
                 continue
+            # Blocking from here on (see above): the connect's timeout would cut a paused path.
+            a.settimeout(None)
+            b.settimeout(None)
             with self._lock:
                 self._open += [a, b]
             threading.Thread(target=self._pipe, args=(n, a, b, True), daemon=True).start()
@@ -98,14 +108,12 @@ class Relay:
     def _pipe(self, n: int, src: socket.socket, dst: socket.socket, forward: bool) -> None:
         bucket = _Bucket(self.per_connection) if forward else None
         done = 0
-        src.settimeout(0.2)
         try:
             while not self._closing.is_set():
                 self._outage()
-                try:
-                    data = src.recv(64 << 10)
-                except TimeoutError:
+                if not select.select([src], [], [], 0.2)[0]:
                     continue
+                data = src.recv(64 << 10)
                 if not data:
                     break
                 if forward:
@@ -122,7 +130,7 @@ class Relay:
                     self._total.take(len(data))
                 done += len(data)
                 dst.sendall(data)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: select on a socket close() has closed
             pass
         finally:
             _shut(src)

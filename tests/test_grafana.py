@@ -6,23 +6,23 @@ without overlap) and every PromQL expression is well formed: balanced brackets, 
 metrics, each filtered by the `instance` variable, counters only under rate()/increase() and
 gauges never.
 
-Live: a recorder on loopback with the latency histogram and the live monitor, fed a tone for two
-seconds, exports every metric family the dashboard names (a histogram's `_bucket`, `_sum` and
-`_count` are its family; a counter's `_total` is its family), each of the type its use needs,
-with the labels the panels group and name series by.
+Live: a recorder on loopback with the latency histogram and the live monitor, fed a tone until
+the monitor has looked at it, exports every metric family the dashboard names (a histogram's
+`_bucket`, `_sum` and `_count` are its family; a counter's `_total` is its family), each of the
+type its use needs, with the labels the panels group and name series by.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import first_live_look, metric
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "contrib" / "grafana" / "vdifrec.json"
 GRID_WIDTH = 24
@@ -221,28 +221,19 @@ def family_of(name: str, families: dict[str, str]) -> str | None:
 
 @pytest.mark.network
 def test_every_metric_the_dashboard_uses_is_exported() -> None:
-    from prometheus_client.parser import text_string_to_metric_families
-
     import vdifrec
 
     with vdifrec.Recorder(port=0, ring="64MiB", status_listen="127.0.0.1:0", latency=True) as rec:
         assert rec.address is not None and rec.status_address is not None
-        url = "http://%s:%d/metrics" % rec.status_address
-        # The stream goes on until the live monitor has described a second (bounded).
-        sender = vdifrec.Sender(rec.address, duration=60.0, fps=20000, tone_mhz=10.0)
+        base = "http://%s:%d" % rec.status_address
+        # The stream goes on until the live monitor has described a second (bounded; it looks
+        # only while frames arrive), and is stopped then.
+        sender = vdifrec.Sender(rec.address, duration=300.0, fps=20000, tone_mhz=10.0)
         try:
-            deadline = time.monotonic() + 40
-            while True:
-                text = get(url)
-                spectra = [s.value for f in text_string_to_metric_families(text) for s in f.samples
-                           if s.name == "vdifrec_live_spectra_total"]
-                if spectra and spectra[0] > 0:
-                    break
-                assert time.monotonic() < deadline, "no live spectrum in 40 s:\n" + text
-                time.sleep(0.2)
+            first_live_look(lambda: metric(base, "vdifrec_live_spectra_total") > 0, base)
         finally:
             sender.stop()
-        text = get(url)
+        text = get(base + "/metrics")
     assert_dashboard_served_by(text)
 
 

@@ -13,6 +13,7 @@ import collections
 import hashlib
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import numpy as np
 import pytest
 
 import vdifrec
-from conftest import Delivery, delivered, frames_of, free_udp_port, left_out, loss_by_second, vdif_keys
+from conftest import Delivery, delivered, frames_of, free_udp_port, left_out, loss_by_second, read_until, vdif_keys
 
 FS = 8224
 START = dict(ref_epoch=53, start_second=2000)
@@ -224,37 +225,35 @@ def test_port_in_use_is_named(tmp_path: Path) -> None:
         s.close()
 
 
-def start_cli_record(*args: str) -> tuple[subprocess.Popen[str], int, list[str]]:
+def start_cli_record(*args: str) -> tuple[subprocess.Popen[str], int, str]:
+    """`vdifrec record` listening on a free port; the port, and what it printed up to and
+    including its 'listening on' line (bounded: 30 s)."""
     # A ring that holds the streams sent here whole (15,872 frames), however slow the disk.
     proc = subprocess.Popen(
         [sys.executable, "-m", "vdifrec.cli", "record", "--port", "0", "--ring", "128MiB", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    assert proc.stdout is not None
-    lines = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
-        if m:
-            return proc, int(m.group(1)), lines
-    proc.kill()
-    raise AssertionError(f"no 'listening on' line: {lines} {proc.stderr.read() if proc.stderr else ''}")
+    m, head = read_until(proc, r"listening on 127\.0\.0\.1:(\d+)")
+    return proc, int(m.group(1)), head
 
 
 def test_cli_record_table_summary_and_json(tmp_path: Path) -> None:
     out, js = tmp_path / "cli.vdif", tmp_path / "summary.json"
     sent_file = tmp_path / "sent.vdif"
-    # 6 s: the 2.5 s stream, and room for a slow start on a busy host.
-    proc, port, head = start_cli_record("--out", str(out), "--duration", "6", "--summary-json", str(js), "--fps", "5000")
-    sent = vdifrec.send(("127.0.0.1", port), frames=12_500, fps=5000, drop="1:0-49", record_sent=sent_file, **START)
-    d = delivered(("127.0.0.1", port), sent["frames_sent"])
-    stdout, stderr = proc.communicate(timeout=60)
+    # It records until Ctrl-C, sent once the stream has all been taken (or dropped): the
+    # 2-minute --duration only bounds a test gone wrong.
+    proc, port, head = start_cli_record("--out", str(out), "--duration", "120", "--summary-json", str(js), "--fps", "5000")
+    try:
+        sent = vdifrec.send(("127.0.0.1", port), frames=12_500, fps=5000, drop="1:0-49", record_sent=sent_file, **START)
+        d = delivered(("127.0.0.1", port), sent["frames_sent"])
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr
-    text = "".join(head) + stdout
+    text = head + stdout
     assert "Time" in text and "Frame_Num/Sec" in text and "Packet_Loss" in text
     rows = re.findall(r"^(\d+)\s+(\d+)/(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", text, re.M)
     # Time, Frame_Num/Sec and Packet_Loss columns: the stream's (5000 a second, 50 left out of

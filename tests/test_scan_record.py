@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import vdifrec
-from conftest import delivered, frames_of, left_out, output_line, run_cli, vdif_keys
+from conftest import delivered, frames_of, left_out, output_line, ring_holding, run_cli, vdif_keys
 
 FS = 8224
 FPS = 10_000
@@ -91,8 +91,10 @@ def mk6_blocks(ds: list[Path], scan: str) -> tuple[dict[int, bytes], list[tuple[
 
 def record(tmp_path: Path, rec_kw: dict, send_kw: dict, scan: dict | None = None):
     """Starts a recorder on disks, starts a scan, sends, waits until every datagram is taken or
-    dropped by the kernel (bounded), stops the scan and the recorder."""
-    rec = vdifrec.Recorder(port=0, ring="64MiB", frame_size=FS, **rec_kw)
+    dropped by the kernel (bounded), stops the scan and the recorder. The ring holds the whole
+    stream: however slow the disks (each vbs chunk is synced), nothing overflows it, and what is
+    on disk is what the kernel let through."""
+    rec = vdifrec.Recorder(port=0, ring=ring_holding(send_kw["frames"]), frame_size=FS, **rec_kw)
     rec.start()
     name = rec.start_scan(**(scan or dict(name="kvn_scan1")))
     sent = vdifrec.send(rec.address, **send_kw)
@@ -379,7 +381,8 @@ def test_scan_names_are_checked_and_never_overwrite(tmp_path: Path) -> None:
 
 def test_two_senders_into_one_port_are_one_stream(tmp_path: Path) -> None:
     ds = disks(tmp_path, 2)
-    rec = vdifrec.Recorder(port=0, ring="64MiB", frame_size=FS, disks=[str(x) for x in ds], chunk_size="1MiB")
+    rec = vdifrec.Recorder(port=0, ring=ring_holding(10_000), frame_size=FS, disks=[str(x) for x in ds],
+                           chunk_size="1MiB")
     rec.start()
     rec.start_scan("two")
     a = vdifrec.send(rec.address, frames=5_000, fps=FPS, record_sent=tmp_path / "a.vdif", station=1, **START)
@@ -452,6 +455,7 @@ def test_split_by_thread_writes_one_exact_scan_per_thread(tmp_path: Path) -> Non
 
 def test_two_ports_are_two_streams_each_exact(tmp_path: Path) -> None:
     ds = disks(tmp_path, 2)
+    # A ring each (64 MiB: 8064 frames): each holds its stream whole, however slow the disks.
     rec = vdifrec.Recorder(ports=[0, "0@127.0.0.1"], ring="64MiB", frame_size=FS, disks=[str(x) for x in ds], chunk_size="1MiB")
     rec.start()
     assert len(rec.addresses) == 2 and rec.addresses[0] != rec.addresses[1]
@@ -508,7 +512,8 @@ def test_several_streams_need_scans_or_monitoring(tmp_path: Path) -> None:
 
 def test_split_by_sender_writes_one_exact_scan_per_sender(tmp_path: Path) -> None:
     ds = disks(tmp_path, 2)
-    rec = vdifrec.Recorder(port=0, ring="64MiB", frame_size=FS, disks=[str(x) for x in ds], split="sender", chunk_size="1MiB")
+    rec = vdifrec.Recorder(port=0, ring=ring_holding(9000), frame_size=FS, disks=[str(x) for x in ds], split="sender",
+                           chunk_size="1MiB")
     rec.start()
     rec.start_scan("by")
     drops = 0

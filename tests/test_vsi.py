@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FILL_SLACK, around, delivered, free_udp_port, frames_of, left_out, output_line, run_cli
+from conftest import (FILL_SLACK, around, delivered, free_udp_port, frames_of, left_out, output_line, ring_holding,
+                      run_cli)
 
 import vdifrec
 from vdifrec.vsi import Code, Reply, VSIClient, VSIError, parse_reply
@@ -45,7 +46,7 @@ def check_grammar(r: Reply) -> Reply:
 class Serve:
     """`vdifrec serve` in a subprocess on free ports, and a client to it."""
 
-    def __init__(self, tmp: Path, *extra: str) -> None:
+    def __init__(self, tmp: Path, *extra: str, ring: str = "64MiB") -> None:
         self.disks = [tmp / "disk0", tmp / "disk1"]
         for d in self.disks:
             d.mkdir(exist_ok=True)
@@ -54,7 +55,7 @@ class Serve:
         self.log = tmp / "serve.log"
         self.out = tmp / "serve.out"
         cmd = [sys.executable, "-m", "vdifrec.cli", "serve", "--control", "127.0.0.1:0", "--disk", str(tmp / "disk*"),
-               "--gather-dir", str(self.gather), "--ring", "64MiB", "--log", str(self.log), *extra]
+               "--gather-dir", str(self.gather), "--ring", ring, "--log", str(self.log), *extra]
         self._out = open(self.out, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, text=True)
         m = output_line(self.out, r"control on ([0-9.]+):(\d+)", proc=self.proc)
@@ -345,20 +346,30 @@ def test_each_bad_command_gets_its_code_and_one_plain_message(serve: Serve, comm
     assert serve.one("record?").fields == ("off",) and serve.one("status?").fields == ("0x00000001",)
 
 
-def test_bad_parameters_during_a_scan_change_nothing(serve: Serve, tmp_path: Path) -> None:
-    port = free_udp_port()
-    assert serve(f"mode={MODE};net_port={port}") == [Reply("mode", False, 0), Reply("net_port", False, 0)]
-    assert serve.one("record=on:busy1").code == 0
-    sender = vdifrec.Sender(("127.0.0.1", port), frames=20_000, fps=FPS, record_sent=tmp_path / "sent.vdif", **START)
-    refused = serve(f"record=on:other;mode=VDIF_8000-512-1-2;net_port={free_udp_port()};set_disks={serve.disks[0]};"
-                    "net_protocol=udps;datastream=add:{thread}:*;scan_set=busy1;disk2file=x.vdif;mtu=1500")
-    assert [r.code for r in refused] == [6] * 9, refused
-    sent = sender.wait(timeout=30)
-    assert sent is not None
-    d = delivered(("127.0.0.1", port), sent["frames_sent"], lambda: int(serve.stats()["datagrams"]))
-    serve.one("record=off")
-    serve.wait_off()
-    assert len(left_out(frames_of(tmp_path / "sent.vdif"), frames_of(vbs_scan(serve.disks, "busy1")))) == d.kernel_drops
+def test_bad_parameters_during_a_scan_change_nothing(tmp_path: Path) -> None:
+    # The ring holds the whole scan, so that a slow disk (each vbs chunk synced) cannot make
+    # the count here differ from what the kernel dropped.
+    serve = Serve(tmp_path, ring=ring_holding(20_000))
+    try:
+        port = free_udp_port()
+        assert serve(f"mode={MODE};net_port={port}") == [Reply("mode", False, 0), Reply("net_port", False, 0)]
+        assert serve.one("record=on:busy1").code == 0
+        sender = vdifrec.Sender(("127.0.0.1", port), frames=20_000, fps=FPS, record_sent=tmp_path / "sent.vdif",
+                                **START)
+        refused = serve(f"record=on:other;mode=VDIF_8000-512-1-2;net_port={free_udp_port()};"
+                        f"set_disks={serve.disks[0]};net_protocol=udps;datastream=add:{{thread}}:*;scan_set=busy1;"
+                        "disk2file=x.vdif;mtu=1500")
+        assert [r.code for r in refused] == [6] * 9, refused
+        sent = sender.wait(timeout=30)
+        assert sent is not None
+        d = delivered(("127.0.0.1", port), sent["frames_sent"], lambda: int(serve.stats()["datagrams"]))
+        serve.one("record=off")
+        serve.wait_off()
+        scan = frames_of(vbs_scan(serve.disks, "busy1"))
+        assert len(left_out(frames_of(tmp_path / "sent.vdif"), scan)) == d.kernel_drops
+        assert scan_summary(serve.disks, "busy1")["ring_overflows"] == 0
+    finally:
+        serve.stop()
 
 
 def test_scan_set_and_disk2file_refuse_bad_offsets_and_paths(serve: Serve, tmp_path: Path) -> None:
@@ -398,7 +409,17 @@ def test_scan_set_and_disk2file_refuse_bad_offsets_and_paths(serve: Serve, tmp_p
 # -- abuse of the control port while a scan records ------------------------------------------------
 
 
-def test_abuse_of_the_control_port_costs_the_scan_nothing(serve: Serve, tmp_path: Path) -> None:
+def test_abuse_of_the_control_port_costs_the_scan_nothing(tmp_path: Path) -> None:
+    # The ring holds the whole scan (316 MiB): a slow disk (each vbs chunk synced) cannot make
+    # what is on disk differ from what the kernel let through.
+    serve = Serve(tmp_path, ring=ring_holding(40_000))
+    try:
+        abuse_the_control_port(serve, tmp_path)
+    finally:
+        serve.stop()
+
+
+def abuse_the_control_port(serve: Serve, tmp_path: Path) -> None:
     port = free_udp_port()
     assert serve(f"mode={MODE};net_port={port};record=on:abused") == [Reply("mode", False, 0), Reply("net_port", False, 0), Reply("record", False, 0)]
     sender = vdifrec.Sender(("127.0.0.1", port), frames=40_000, fps=FPS, record_sent=tmp_path / "sent.vdif", **START)
