@@ -28,9 +28,13 @@ install: $(STAMP) ## create .venv, build vdifrec (release, with the benchmarks' 
 demo: $(STAMP) ## the main job on the built-in example, with the per-second table and summary
 	$(VENV)/bin/vdifrec demo
 
-test: $(STAMP) ## every test: cargo test, pytest (API, command line, baseband oracle), notebooks
+# pytest runs two test files at a time (pytest-xdist): most tests wait on streams paced in real
+# time, so two share even a 2-core machine; a file's tests stay together (its fixtures run once).
+PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile
+
+test: $(STAMP) ## every test: pytest (API, command line, baseband oracle, notebooks), cargo test
+	$(PYTEST)
 	cargo test --quiet
-	$(PY) -m pytest -q
 
 # The inner loop, before each commit: formatting, lints, types, the Rust unit tests and the
 # quick part of pytest (tests marked `slow` left out: `make test` runs them), in about 3 minutes.
@@ -39,13 +43,13 @@ check: $(STAMP) ## before each commit: cargo fmt --check, clippy, mypy, cargo te
 	cargo clippy --all-targets --features python,bench --quiet -- -D warnings
 	$(PY) -m mypy
 	cargo test --quiet
-	$(PY) -m pytest -q -x -m "not slow"
+	$(PYTEST) -m "not slow"
 
 test-rust: ## only the Rust unit tests
 	cargo test --quiet
 
 test-python: $(STAMP) ## only pytest
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 # The documentation site: Sphinx (MyST pages, numpydoc, sphinx-argparse) from the `docs` extra,
 # which $(STAMP) installs; warnings are errors.

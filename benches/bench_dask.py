@@ -322,7 +322,7 @@ def main() -> dict[str, float]:
         # Dask's default memory limit holds: each task lets go of the file pages it touched, so
         # a worker's RSS does not grow with the files it reads (the largest RSS is printed).
         with distributed.LocalCluster(  # type: ignore[no-untyped-call]
-            n_workers=WORKERS, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+            n_workers=WORKERS, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=":0",
         ) as cluster, distributed.Client(cluster) as client:  # type: ignore[no-untyped-call]
             client.wait_for_workers(WORKERS)
             out = spectrum_part(files, client, repeats)

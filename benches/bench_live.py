@@ -141,7 +141,7 @@ def main() -> dict[str, float]:
 
     print(f"\n== (c) --live-fraction at 8.224 Gbit/s, {step:g} s each (the baseline lost {lost(base)} frames in {seconds:g} s)")
     lossless = completes = 0.0
-    for fraction in (1 / 256, 1 / 64, 1 / 16, 1 / 4, 1.0):
+    for fraction in fractions():
         s, _ = record(step, live_fraction=fraction, status_listen="127.0.0.1:0")
         if s.ring_overflows == 0 and lost(s) <= lost(base) * step / seconds + 1:
             lossless = max(lossless, fraction)
@@ -151,6 +151,16 @@ def main() -> dict[str, float]:
               f"skipped {s.live_skips}, monitor CPU {(s.live_cpu_s or 0) / step * 100:5.1f}% of a core")
     print(f"  largest fraction as lossless as the baseline: {lossless:g}; largest whose looks mostly complete: {completes:g}")
     return {"stale": v["stale"], "latency_cpu_ratio": med("latency", cpu_per_frame) / off, "best_fraction": lossless}
+
+
+def fractions() -> list[float]:
+    """The live fractions (c) tries: BENCH_LIVE_FRACTIONS, such as "1/256,1/64,1" (the default
+    is 1/256, 1/64, 1/16, 1/4 and 1)."""
+    out = []
+    for text in os.environ.get("BENCH_LIVE_FRACTIONS", "1/256,1/64,1/16,1/4,1").split(","):
+        top, _, bottom = text.strip().partition("/")
+        out.append(float(top) / float(bottom or 1))
+    return out
 
 
 if __name__ == "__main__":

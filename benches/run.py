@@ -10,31 +10,34 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 #: Every benchmark's sizes and lengths at their smallest (see each benchmark for what they mean).
 TINY = {
+    "BENCH_DECODE_FRAMES": "500",
     "BENCH_SPECTRUM_GB": "0.02",
-    "BENCH_MONITOR_SECONDS": "1",
-    "BENCH_STATUS_SECONDS": "1",
-    "BENCH_LIVE_SECONDS": "2",
-    "BENCH_LIVE_STEP_SECONDS": "1",
-    "BENCH_LIVE_COST_SECONDS": "1",
+    "BENCH_MONITOR_SECONDS": "0.5",
+    "BENCH_STATUS_SECONDS": "0.5",
+    "BENCH_LIVE_SECONDS": "1",
+    "BENCH_LIVE_STEP_SECONDS": "0.5",
+    "BENCH_LIVE_COST_SECONDS": "0.5",
     "BENCH_LIVE_RUNS": "1",
+    "BENCH_LIVE_FRACTIONS": "1/64",
     "BENCH_BACKEND_FPS": "10000",
-    "BENCH_BACKEND_SECONDS": "1",
+    "BENCH_BACKEND_SECONDS": "0.5",
     "BENCH_BACKEND_REPEATS": "1",
-    "BENCH_RECORD_SECONDS": "1",
+    "BENCH_RECORD_SECONDS": "0.5",
     "BENCH_LADDER": "20000",
     "BENCH_WRITE_MIB": "32",
-    "BENCH_TWO_SECONDS": "1",
-    "BENCH_COST_SECONDS": "1",
+    "BENCH_TWO_SECONDS": "0.5",
+    "BENCH_COST_SECONDS": "0.5",
     "BENCH_COST_RUNS": "1",
-    "BENCH_SCAN_SECONDS": "1",
+    "BENCH_SCAN_SECONDS": "0.5",
     "BENCH_SCAN_MIB": "32",
-    "BENCH_VSI_SECONDS": "1",
+    "BENCH_VSI_SECONDS": "0.5",
     "BENCH_DASK_GB": "0.01",
     "BENCH_DASK_FILES": "2",
     "BENCH_DASK_REPEATS": "1",
@@ -43,7 +46,7 @@ TINY = {
     "BENCH_PUSH_REPEATS": "1",
     "BENCH_PUSH_RELAY_MB": "8",
     "BENCH_PUSH_RELAY_STREAMS": "1,auto",
-    "BENCH_PUSH_RECORD_SECONDS": "1",
+    "BENCH_PUSH_RECORD_SECONDS": "0.5",
     "BENCH_PUSH_RECORD_WRITE": "0",
 }
 
@@ -60,7 +63,9 @@ def main(argv: list[str]) -> int:
         if name not in BENCHES:
             print(f"unknown benchmark {name!r}; choose from {', '.join(BENCHES)}", file=sys.stderr)
             return 2
+        t0 = time.monotonic()
         importlib.import_module(f"bench_{name}").main()
+        print(f"\n(bench_{name}: {time.monotonic() - t0:.0f} s)", flush=True)
     return 0
 
 

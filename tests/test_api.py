@@ -110,6 +110,7 @@ def test_help_documents_every_argument() -> None:
     assert '"8GiB"' in doc  # sizes: bytes or strings with units
 
 
+@pytest.mark.slow
 def test_typed_results_round_trip(tmp_path: Path) -> None:
     out = tmp_path / "t.vdif"
     rec = started(path=out, fps=5000, ring="64MiB")  # the whole stream: the disk's speed does not matter
@@ -130,6 +131,7 @@ def test_typed_results_round_trip(tmp_path: Path) -> None:
 # -- the per-second iterator -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_seconds_yield_rows_with_the_injected_losses(tmp_path: Path) -> None:
     out, sent_file = tmp_path / "s.vdif", tmp_path / "sent.vdif"
     rec = started(fps=2000, path=out, ring="96MiB")  # the whole stream: the disk's speed does not matter
@@ -161,6 +163,7 @@ def test_seconds_yield_rows_with_the_injected_losses(tmp_path: Path) -> None:
     assert [r.vdif_seconds for r in summary.seconds] == [3000, 3001, 3002, 3003]
 
 
+@pytest.mark.slow
 def test_wait_for_frames_and_duration() -> None:
     rec = started()
     sender = vdifrec.Sender(rec.address, frames=3000, fps=6000, **START)
@@ -364,6 +367,7 @@ def test_ten_thousand_views_do_not_leak() -> None:
 # -- Ctrl-C in a script ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_script_stops_cleanly_with_a_summary(tmp_path: Path) -> None:
     script = tmp_path / "obs.py"
     out = tmp_path / "obs.vdif"
@@ -396,6 +400,7 @@ def test_ctrl_c_in_a_script_stops_cleanly_with_a_summary(tmp_path: Path) -> None
 # -- monitor ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_monitor_prints_vdiftimeudp_lines_with_loss(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "vdifrec.cli", "monitor", "0", "--duration", "30"],

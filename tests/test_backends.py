@@ -178,6 +178,7 @@ def test_pfring_keeps_only_its_port(standin: Path, tmp_path: Path, monkeypatch: 
         assert s.datagrams == 0 and s.frames_received == 0
 
 
+@pytest.mark.slow
 def test_pfring_missing_library_or_module_is_explained(standin: Path, cli) -> None:
     # The loader's own reason is given, not only that loading failed.
     with pytest.raises(vdifrec.RecorderError, match=r"PF_RING is not installed here.*/nonexistent/libpfring.so: "
@@ -196,6 +197,7 @@ def test_pfring_missing_library_or_module_is_explained(standin: Path, cli) -> No
     assert "PF_RING is not installed here" in r.stderr and "cannot open shared object file" in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_pfring_library_that_does_not_load_gives_the_loaders_reason(tmp_path: Path) -> None:
     fake = tmp_path / "libpfring.so"
     fake.write_text("not a shared library, only text that happens to be named like one\n" * 4)
@@ -266,6 +268,7 @@ def afpacket_case(net: dict[str, str], to: str, tmp_path: Path) -> None:
     assert recorded == sent
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("to", [f"{netns.RECEIVER_V4}:{WIRE_PORT}", f"[{netns.RECEIVER_V6}]:{WIRE_PORT}"], ids=["ipv4", "ipv6"])
 def test_afpacket_records_across_namespaces(tmp_path: Path, to: str) -> None:
     with veth_pair() as net:
@@ -293,6 +296,7 @@ def test_afpacket_needs_privilege_and_an_interface() -> None:
 # -- doctor -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_doctor_runs_quickly_with_every_check(tmp_path: Path, cli) -> None:
     t0 = time.monotonic()
     r = cli("doctor", "--quick", "--json", "--path", str(tmp_path), "--interface", "lo")

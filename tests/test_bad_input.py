@@ -521,7 +521,9 @@ def subprocess_outcomes(request: pytest.FixtureRequest, env: dict[str, str]) -> 
 
 
 def _param(case: Case) -> object:
-    return pytest.param(case, id=case.id)
+    # A case run in a process of its own starts Python and vdifrec (a third of a second):
+    # make check leaves those to make test.
+    return pytest.param(case, id=case.id, marks=[pytest.mark.slow] if in_subprocess(case) else [])
 
 
 @pytest.mark.parametrize("case", [_param(c) for c in CASES])

@@ -51,6 +51,7 @@ def read_all(files: list[Path]) -> np.ndarray:
     return np.concatenate(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threads", [1, 2])
 def test_values_equal_read_across_file_and_chunk_boundaries(tmp_path: Path, threads: int) -> None:
     files = stream(tmp_path, threads)
@@ -93,10 +94,13 @@ def test_a_scan_on_several_disks_reads_as_its_file(tmp_path: Path) -> None:
     np.testing.assert_array_equal(x.compute(), read_all([f]))
 
 
+@pytest.mark.slow
 def test_on_a_local_cluster_of_worker_processes(tmp_path: Path) -> None:
     files = stream(tmp_path, 2)
     want = read_all(files)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+    # The dashboard on a port of its own (":0"): None means Dask's 8787, which a cluster of a
+    # test running at the same time (make test runs two at once) may hold.
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client:
         x = vd.open(files, chunk_frames=200, sample_rate=rate(files[0]))
         got = client.compute(x).result()
@@ -107,10 +111,11 @@ def test_on_a_local_cluster_of_worker_processes(tmp_path: Path) -> None:
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
 def test_spectrum_by_map_reduce_equals_the_single_process_one(tmp_path: Path) -> None:
     files = stream(tmp_path, 2, seconds=0.3)
     kw = dict(sample_rate=rate(files[0]))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             distributed.Client(cluster):
         # 333 FFTs a task: the last task of each file is short.
         got = vd.spectrum(files, nfft=256, chunk_ffts=333, **kw)
@@ -202,6 +207,7 @@ def _file_pages_resident() -> int:
     raise RuntimeError("no RssFile in /proc/self/status")
 
 
+@pytest.mark.slow
 def test_a_worker_does_not_keep_the_files_it_read_in_its_resident_memory(tmp_path: Path) -> None:
     # A worker keeps its readers open between tasks; had it kept the pages too, its resident
     # memory would grow by every byte of every file read, and Dask would pause and restart it
@@ -210,7 +216,7 @@ def test_a_worker_does_not_keep_the_files_it_read_in_its_resident_memory(tmp_pat
     vdifrec.generate(path, seconds=1.0, fps=10_000, edv=1, ref_epoch=53, start_second=1000)
     size = path.stat().st_size
     assert size > 80e6
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   host="127.0.0.1") as cluster, distributed.Client(cluster) as client:
         before = client.run(_file_pages_resident)
         (s,) = vd.spectrum([path], nfft=256, chunk_ffts=2048)

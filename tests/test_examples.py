@@ -14,10 +14,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import vdifrec
 from conftest import delivered, frames_of, free_udp_port, left_out, loss_by_second, output_line, read_until, vdif_keys
 
 
+@pytest.mark.slow
 def test_observation_script(tmp_path: Path) -> None:
     port = free_udp_port()
     # The script records for as long as it is told, from its own start, and only stops then:
@@ -58,6 +61,7 @@ def test_observation_script(tmp_path: Path) -> None:
     assert files[0].stat().st_size == int(m.group(3))
 
 
+@pytest.mark.slow
 def test_minimal_monitor() -> None:
     port = free_udp_port()
     proc = subprocess.Popen(
@@ -84,6 +88,7 @@ def test_minimal_monitor() -> None:
     assert 2500 - d.kernel_drops <= expected <= 2500 and lost == d.kernel_drops - (2500 - expected)
 
 
+@pytest.mark.slow
 def test_schedule_script_runs_three_scans_through_vsi(tmp_path: Path) -> None:
     """The VSI-S schedule against `vdifrec serve`, with a sender going on throughout: three
     scans, each holding frames, written and checked, with gaps between them."""

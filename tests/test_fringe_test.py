@@ -62,6 +62,7 @@ def numpy_correlation(a: Path, b: Path, skip_a: int, skip_b: int, n: int, lag: i
     return float(np.mean(x * y) / math.sqrt(np.mean(x * x) * np.mean(y * y)))
 
 
+@pytest.mark.slow
 def test_three_stations_show_their_delays_and_correlation_whatever_their_start(stations: dict[str, Path]) -> None:
     df = vd.fringe_test(stations, seconds=0.5, nfft=256)
     assert list(df["baseline"]) == ["Kv-Ku", "Kv-Ky", "Ku-Ky"]
@@ -127,6 +128,7 @@ def test_bad_arguments_name_themselves(stations: dict[str, Path]) -> None:
             vd.fringe_test(**kwargs)
 
 
+@pytest.mark.slow
 def test_a_station_of_another_time_is_a_row_saying_so_and_the_others_are_correlated(
         stations: dict[str, Path], tmp_path: Path, cli) -> None:
     late = make_station(cli, tmp_path / "Kz.vdif", 1010, 0.5, 0, 16, station="Kz")
@@ -165,9 +167,10 @@ def test_frames_lost_shift_nothing_and_their_stretches_are_left_out(stations: di
     assert row.fringe is None and not row.detected and row.note.startswith("every stretch")
 
 
+@pytest.mark.slow
 def test_on_a_local_cluster_the_same_rows_and_the_cli(stations: dict[str, Path], tmp_path: Path, cli) -> None:
     here = vd.fringe_test(stations, seconds=0.25, nfft=256)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   host="127.0.0.1") as cluster:
         with distributed.Client(cluster):
             there = vd.fringe_test(stations, seconds=0.25, nfft=256)
@@ -185,6 +188,7 @@ def test_on_a_local_cluster_the_same_rows_and_the_cli(stations: dict[str, Path],
     assert sorted(p.name for p in tmp_path.glob("lags-*.png")) == ["lags-Ku-Ky.png", "lags-Kv-Ku.png", "lags-Kv-Ky.png"]
 
 
+@pytest.mark.slow
 def test_cli_json_and_exit_status_when_a_baseline_has_no_fringe(stations: dict[str, Path], tmp_path: Path, cli) -> None:
     other = make_station(cli, tmp_path / "Kx.vdif", 1000, 0.5, 0, 15, sky=44, station="Kx")
     r = cli("fringe-test", str(stations["Kv"]), str(stations["Ku"]), str(other), "--nfft", "256", "--json")
@@ -198,6 +202,7 @@ def test_cli_json_and_exit_status_when_a_baseline_has_no_fringe(stations: dict[s
     assert r.returncode == 0 and r.stdout.splitlines()[1].startswith("A-B ")
 
 
+@pytest.mark.slow
 def test_a_common_tone_is_left_out_and_no_longer_hides_a_weak_fringe(tmp_path: Path, cli) -> None:
     # Two inputs of one file: noise plus a strong tone common to both, and a weak correlation
     # (0.005, 5 samples apart). Kept, the tone's flat lag function buries the fringe.
@@ -221,6 +226,7 @@ def test_a_common_tone_is_left_out_and_no_longer_hides_a_weak_fringe(tmp_path: P
     assert "no fringe" in cli("fringe", str(path), "--keep-tones").stdout
 
 
+@pytest.mark.slow
 def test_noise_with_a_common_tone_alone_is_no_fringe(tmp_path: Path, cli) -> None:
     # The case that used to print "delay -621 samples, SNR 1.0" and nothing more.
     path = tmp_path / "noise.vdif"
@@ -232,6 +238,7 @@ def test_noise_with_a_common_tone_alone_is_no_fringe(tmp_path: Path, cli) -> Non
     assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("no fringe (SNR ")
 
 
+@pytest.mark.slow
 def test_hosts_place_each_files_tasks_on_the_workers_of_its_host(tmp_path: Path) -> None:
     files = []
     for k in range(2):
@@ -240,9 +247,9 @@ def test_hosts_place_each_files_tasks_on_the_workers_of_its_host(tmp_path: Path)
         files.append(str(p))
     workers = {f"worker-{h}": {"cls": distributed.Nanny,
                                "options": {"resources": {h: 1}, "nthreads": 1, "host": "127.0.0.1",
-                                           "dashboard_address": None}}
+                                           "dashboard_address": ":0"}}
                for h in ("rec0", "rec1")}
-    scheduler = {"cls": distributed.Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": None}}
+    scheduler = {"cls": distributed.Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": ":0"}}
     # Placement is a preference: an idle worker may steal a task from a busy one. Without
     # stealing, each task runs where the hint puts it, which is what is tested here.
     with dask.config.set({"distributed.scheduler.work-stealing": False}), \

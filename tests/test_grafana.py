@@ -219,6 +219,7 @@ def family_of(name: str, families: dict[str, str]) -> str | None:
     return name if name in families else None
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_every_metric_the_dashboard_uses_is_exported() -> None:
     import vdifrec

@@ -51,6 +51,7 @@ def status_of(rec: vdifrec.Recorder) -> dict:  # type: ignore[type-arg]
 # -- the live monitor ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_live_monitor_finds_the_tone_and_the_bit_statistics_in_every_channel(tmp_path: Path) -> None:
     rec = vdifrec.Recorder(port=0, ring="128MiB", status_listen="127.0.0.1:0")
     rec.start()
@@ -107,6 +108,7 @@ def test_the_live_monitor_finds_the_tone_and_the_bit_statistics_in_every_channel
     assert summary.live_computed is not None and summary.live_computed >= 1
 
 
+@pytest.mark.slow
 def test_the_live_monitor_is_off_without_the_status_or_when_told() -> None:
     for options in ({}, {"status_listen": "127.0.0.1:0", "live": False}):
         rec = vdifrec.Recorder(port=0, ring="32MiB", **options)  # type: ignore[arg-type]
@@ -125,6 +127,7 @@ def busy_loops(seconds: float, per_cpu: int = 3) -> list[subprocess.Popen[bytes]
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(per_cpu * (os.cpu_count() or 1))]
 
 
+@pytest.mark.slow
 def test_a_starved_live_monitor_skips_and_the_recording_loses_nothing(tmp_path: Path) -> None:
     # Every CPU kept busy at normal priority, three processes each: the monitor, at the lowest
     # (SCHED_IDLE), gets next to none, so its looks (a whole second each, as much as an eighth
@@ -166,6 +169,7 @@ def test_a_starved_live_monitor_skips_and_the_recording_loses_nothing(tmp_path: 
 # -- latency stamps --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_latency_stamps_are_in_stage_order_and_count_the_sampled_frames(tmp_path: Path) -> None:
     out = tmp_path / "lat.vdif"
     # Buffered writes: every range reaches the device through sync_file_range or the closing
@@ -204,6 +208,7 @@ def test_latency_stamps_are_in_stage_order_and_count_the_sampled_frames(tmp_path
         assert t["kernel"] <= t["returned"] <= t["published"] <= t["written"] <= t["durable"], t
 
 
+@pytest.mark.slow
 def test_a_scans_chunks_are_stamped_when_their_write_returns(tmp_path: Path) -> None:
     disks = [tmp_path / "d0", tmp_path / "d1"]
     for d in disks:
@@ -269,6 +274,7 @@ def ring_slots(rec: vdifrec.Recorder) -> int:
     return found[0]
 
 
+@pytest.mark.slow
 def test_a_view_lapped_at_the_reference_rate_is_stale_and_nothing_is_lost() -> None:
     # FILA10G frames at 125,000 per second: a 256 MiB ring holds about a quarter of a second,
     # so a view kept for 0.6 s is lapped. It yields: no frame is dropped for it.

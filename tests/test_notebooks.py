@@ -16,6 +16,7 @@ def test_there_are_notebooks() -> None:
     assert NOTEBOOKS, "notebooks/ holds no notebook"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     nb = nbformat.read(path, as_version=4)

@@ -248,6 +248,7 @@ STATUS_SKELETON: dict[str, Any] = {
 }
 
 
+@pytest.mark.slow
 def test_mock_page_shows_tones_losses_and_a_lost_recorder(browser: Browser) -> None:
     mock = Mock()
     try:
@@ -320,6 +321,7 @@ def get_status(base: str) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.slow
 def test_page_of_a_real_recorder(browser: Browser) -> None:
     import vdifrec
 
@@ -400,6 +402,7 @@ def test_page_of_a_real_recorder(browser: Browser) -> None:
             rec.stop()
 
 
+@pytest.mark.slow
 def test_the_header_names_the_disks_a_scan_is_written_to(browser: Browser, tmp_path: Path) -> None:
     import vdifrec
 

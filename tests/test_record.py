@@ -49,6 +49,7 @@ def record_while_sending(tmp_path: Path, rec_kw: dict, send_kw: dict) -> tuple[v
     return summary, sent, d
 
 
+@pytest.mark.slow
 def test_file_is_byte_identical_to_what_was_sent(tmp_path: Path) -> None:
     out, sent_file = tmp_path / "rec.vdif", tmp_path / "sent.vdif"
     summary, sent, d = record_while_sending(
@@ -74,6 +75,7 @@ def test_file_is_byte_identical_to_what_was_sent(tmp_path: Path) -> None:
     assert vdifrec.check(out, fps=10_000)["clean"] == (sum(loss_by_second(recorded, 10_000).values()) == 0)
 
 
+@pytest.mark.slow
 def test_injected_drops_are_counted_per_second_and_in_total(tmp_path: Path) -> None:
     out, sent_file = tmp_path / "r.vdif", tmp_path / "s.vdif"
     summary, sent, d = record_while_sending(
@@ -98,6 +100,7 @@ def test_injected_drops_are_counted_per_second_and_in_total(tmp_path: Path) -> N
     assert summary.ok
 
 
+@pytest.mark.slow
 def test_garbage_is_counted_as_malformed_and_not_written(tmp_path: Path) -> None:
     out, sent_file = tmp_path / "g.vdif", tmp_path / "s.vdif"
     summary, sent, d = record_while_sending(
@@ -121,6 +124,7 @@ def test_garbage_is_counted_as_malformed_and_not_written(tmp_path: Path) -> None
         assert sha(out.read_bytes()) == sha(sent_file.read_bytes())
 
 
+@pytest.mark.slow
 def test_psn_offset_is_stripped_and_psn_gaps_counted(tmp_path: Path) -> None:
     out, sent_file = tmp_path / "p.vdif", tmp_path / "s.vdif"
     summary, sent, d = record_while_sending(
@@ -139,6 +143,7 @@ def test_psn_offset_is_stripped_and_psn_gaps_counted(tmp_path: Path) -> None:
         assert lost == 5 and sha(out.read_bytes()) == sha(sent_file.read_bytes())
 
 
+@pytest.mark.slow
 def test_rotation_keeps_every_byte(tmp_path: Path) -> None:
     sent_file = tmp_path / "sent.vdif"
     rec_dir = tmp_path / "rec"
@@ -161,6 +166,7 @@ def test_rotation_keeps_every_byte(tmp_path: Path) -> None:
     assert summary.bytes_written == sum(f.bytes for f in summary.files) == n * FS
 
 
+@pytest.mark.slow
 def test_stop_drains_the_ring(tmp_path: Path) -> None:
     # A writer throttled to 4 MB/s still has most of the data in the ring at stop.
     out, sent_file = tmp_path / "d.vdif", tmp_path / "s.vdif"
@@ -177,6 +183,7 @@ def test_stop_drains_the_ring(tmp_path: Path) -> None:
     assert len(left_out(frames_of(sent_file), frames_of(out))) == d.kernel_drops
 
 
+@pytest.mark.slow
 def test_monitor_only_writes_nothing(tmp_path: Path) -> None:
     summary, _, d = record_while_sending(tmp_path, dict(), dict(frames=3000, fps=5000, **START))
     assert summary.frames_received == 3000 - d.kernel_drops and summary.files == []
@@ -237,6 +244,7 @@ def start_cli_record(*args: str) -> tuple[subprocess.Popen[str], int, str]:
     return proc, int(m.group(1)), head
 
 
+@pytest.mark.slow
 def test_cli_record_table_summary_and_json(tmp_path: Path) -> None:
     out, js = tmp_path / "cli.vdif", tmp_path / "summary.json"
     sent_file = tmp_path / "sent.vdif"
@@ -287,6 +295,7 @@ def test_cli_record_table_summary_and_json(tmp_path: Path) -> None:
     assert s["seconds"][1]["threads"][0]["lost"] == lost[2001]
 
 
+@pytest.mark.slow
 def test_cli_record_sigterm_drains_and_summarises(tmp_path: Path) -> None:
     out = tmp_path / "t.vdif"
     proc, port, _ = start_cli_record("--out", str(out))
@@ -300,6 +309,7 @@ def test_cli_record_sigterm_drains_and_summarises(tmp_path: Path) -> None:
     assert out.stat().st_size == (3000 - d.kernel_drops) * FS
 
 
+@pytest.mark.slow
 def test_cli_usage_errors(tmp_path: Path, cli) -> None:
     r = cli("record", "--port", "0")
     assert r.returncode == 2 and "--out FILE, --dir DIR" in r.stderr
@@ -324,6 +334,7 @@ def test_refused_datagrams_are_counted_not_fatal() -> None:
     assert result["frames_sent"] + result["refused"] == 200
 
 
+@pytest.mark.slow
 def test_sender_records_what_it_sends_with_reordering(tmp_path: Path) -> None:
     sent_file = tmp_path / "s.vdif"
     summary, sent, d = record_while_sending(
@@ -348,6 +359,7 @@ def test_sender_records_what_it_sends_with_reordering(tmp_path: Path) -> None:
         assert summary.frames_out_of_order == 11 and summary.frames_lost == 0
 
 
+@pytest.mark.slow
 def test_replaying_a_file_records_the_same_bytes(tmp_path: Path) -> None:
     source = tmp_path / "source.vdif"
     vdifrec.generate(source, seconds=1.5, fps=2000, threads=2, ref_epoch=53, start_second=50)
@@ -367,6 +379,7 @@ def test_replaying_a_file_records_the_same_bytes(tmp_path: Path) -> None:
         assert summary.frames_lost == 0 and sha(out.read_bytes()) == sha(source.read_bytes())
 
 
+@pytest.mark.slow
 def test_multi_thread_stream_counts_per_thread(tmp_path: Path) -> None:
     out, sent_file = tmp_path / "mt.vdif", tmp_path / "s.vdif"
     summary, sent, d = record_while_sending(
@@ -410,6 +423,7 @@ def test_stray_datagrams_before_the_first_frame_do_not_confuse_learning(tmp_path
     assert out.stat().st_size == summary.frames_received * FS
 
 
+@pytest.mark.slow
 def test_a_recording_verifies_against_the_generator(tmp_path: Path) -> None:
     # The soak test's check: every recorded frame regenerated and compared, nothing stored.
     out = tmp_path / "v.vdif"

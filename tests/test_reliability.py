@@ -72,6 +72,7 @@ def frame(thread: int = 0, seconds: int = 5000, frame_nr: int = 0, *, invalid: b
 # -- the bad-input matrix --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bad_input_matrix_is_counted_and_never_written(tmp_path: Path) -> None:
     out, sent_file = tmp_path / "bad.vdif", tmp_path / "sent.vdif"
     # The ring holds the whole stream: however slow the disk, nothing overflows it.
@@ -211,6 +212,7 @@ def test_disk_full_stops_cleanly_on_frame_boundaries(tmp_path: Path) -> None:
         assert skipped <= summary.kernel_drops  # frames the kernel dropped are counted
 
 
+@pytest.mark.slow
 def test_disk_full_from_the_command_line_exits_non_zero(tmp_path: Path) -> None:
     with small_filesystem(8) as mnt:
         proc = subprocess.Popen(
@@ -255,6 +257,7 @@ def test_disk_limit_test_aid_gives_the_same_accounting(tmp_path: Path) -> None:
     assert skipped <= s.kernel_drops
 
 
+@pytest.mark.slow
 def test_slow_disk_overflows_exactly_and_recovers(tmp_path: Path) -> None:
     out, sent_file = tmp_path / "slow.vdif", tmp_path / "sent.vdif"
     # 4 MiB of ring (384 frames) and a disk of 2 MB/s against a 8 MB/s burst.
@@ -300,6 +303,7 @@ def start_record(*args: str) -> tuple[subprocess.Popen[str], int]:
     return proc, int(m.group(1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_sigint_and_sigterm_drain_and_summarise(tmp_path: Path, sig: int) -> None:
     out, sent_file = tmp_path / "sig.vdif", tmp_path / "sent.vdif"

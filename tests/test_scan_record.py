@@ -104,6 +104,7 @@ def record(tmp_path: Path, rec_kw: dict, send_kw: dict, scan: dict | None = None
     return name, s, summary, d
 
 
+@pytest.mark.slow
 def test_vbs_scan_over_three_disks_is_what_was_sent(tmp_path: Path) -> None:
     ds = disks(tmp_path, 3)
     sent_file = tmp_path / "sent.vdif"
@@ -138,6 +139,7 @@ def test_vbs_scan_over_three_disks_is_what_was_sent(tmp_path: Path) -> None:
     assert run.scans[0].name == "kvn_scan1" and run.bytes_written == n * FS and run.bytes_outside_scans == 0
 
 
+@pytest.mark.slow
 def test_mk6_scan_matches_the_reference_layout(tmp_path: Path) -> None:
     ds = disks(tmp_path, 4)
     sent_file = tmp_path / "sent.vdif"
@@ -162,6 +164,7 @@ def test_mk6_scan_matches_the_reference_layout(tmp_path: Path) -> None:
     assert s.invariant_holds and run.invariant_holds and s.bytes_dropped_disk == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["vbs", "file"])
 def test_a_vdif_time_window_holds_exactly_its_frames(tmp_path: Path, fmt: str) -> None:
     ds = disks(tmp_path, 2 if fmt == "vbs" else 1)
@@ -194,6 +197,7 @@ def test_a_vdif_time_window_holds_exactly_its_frames(tmp_path: Path, fmt: str) -
     assert run.invariant_holds
 
 
+@pytest.mark.slow
 def test_frames_missing_at_the_window_edges_count_as_lost(tmp_path: Path) -> None:
     ds = disks(tmp_path, 1)
     # The stream covers seconds 2000 and 2001 only; the window is [1999.5, 2002.5).
@@ -214,6 +218,7 @@ def test_frames_missing_at_the_window_edges_count_as_lost(tmp_path: Path) -> Non
     assert not s.ok
 
 
+@pytest.mark.slow
 def test_a_disk_that_fails_mid_scan_loses_nothing(tmp_path: Path) -> None:
     ds = disks(tmp_path, 3)
     sent_file = tmp_path / "sent.vdif"
@@ -234,6 +239,7 @@ def test_a_disk_that_fails_mid_scan_loses_nothing(tmp_path: Path) -> None:
     assert all(p.stat().st_size % FS == 0 for p in (ds[1] / "kvn_scan1").glob("kvn_scan1.0*"))
 
 
+@pytest.mark.slow
 def test_when_every_disk_fills_the_scan_says_exactly_what_was_dropped(tmp_path: Path) -> None:
     ds = disks(tmp_path, 2)
     _, s, run, d = record(
@@ -255,6 +261,7 @@ def test_when_every_disk_fills_the_scan_says_exactly_what_was_dropped(tmp_path: 
     assert all(p.stat().st_size % FS == 0 for p in on_disk.values())
 
 
+@pytest.mark.slow
 def test_a_disk_that_really_fills_leaves_the_set(tmp_path: Path) -> None:
     """A small tmpfs as one of the disks: it fills for real (ENOSPC), leaves the set, and the
     scan goes on on the other disk. Needs the right to mount (root, CAP_SYS_ADMIN)."""
@@ -296,6 +303,7 @@ def test_a_missing_last_chunk_is_a_gap_too(tmp_path: Path) -> None:
 FILE_PART_RE = re.compile(r"^kvn_scan1(?:\.([0-9]{4,}))?\.vdif$")
 
 
+@pytest.mark.slow
 def test_a_file_scan_rotates_by_size_and_reads_back_whole(tmp_path: Path) -> None:
     """`file_size` rotates a file scan: `<scan>.vdif`, `<scan>.0001.vdif`, ... each at most the
     size, of whole frames, together exactly the frames received; read back as one stream (baseband
@@ -379,6 +387,7 @@ def test_scan_names_are_checked_and_never_overwrite(tmp_path: Path) -> None:
         vdifrec.Recorder(disks=[str(x) for x in ds], format="file")
 
 
+@pytest.mark.slow
 def test_two_senders_into_one_port_are_one_stream(tmp_path: Path) -> None:
     ds = disks(tmp_path, 2)
     rec = vdifrec.Recorder(port=0, ring=ring_holding(10_000), frame_size=FS, disks=[str(x) for x in ds],
@@ -400,6 +409,7 @@ def test_two_senders_into_one_port_are_one_stream(tmp_path: Path) -> None:
     assert sorted((t["station"], t["thread"]) for t in s.threads) == [("1", 0), ("2", 0)]
 
 
+@pytest.mark.slow
 def test_two_stations_in_one_port_are_counted_apart_and_named_in_the_table(tmp_path: Path) -> None:
     from vdifrec.cli.reports import HEADER, row_line
 
@@ -426,6 +436,7 @@ def test_two_stations_in_one_port_are_counted_apart_and_named_in_the_table(tmp_p
     assert all(row_line(r).split()[-1] in ("Kv+Ku", "Ku+Kv") for r in rows)
 
 
+@pytest.mark.slow
 def test_split_by_thread_writes_one_exact_scan_per_thread(tmp_path: Path) -> None:
     ds = disks(tmp_path, 3)
     sent_file = tmp_path / "sent.vdif"
@@ -453,6 +464,7 @@ def test_split_by_thread_writes_one_exact_scan_per_thread(tmp_path: Path) -> Non
         assert rec.start_scan("kvn_scan1") == "kvn_scan1a"
 
 
+@pytest.mark.slow
 def test_two_ports_are_two_streams_each_exact(tmp_path: Path) -> None:
     ds = disks(tmp_path, 2)
     # A ring each (64 MiB: 8064 frames): each holds its stream whole, however slow the disks.
@@ -480,6 +492,7 @@ def test_two_ports_are_two_streams_each_exact(tmp_path: Path) -> None:
         assert sorted(r.vdif_seconds for r in run.seconds if r.stream == port) == [2000]
 
 
+@pytest.mark.slow
 def test_status_and_metrics_name_each_stream() -> None:
     import urllib.request
 
@@ -510,6 +523,7 @@ def test_several_streams_need_scans_or_monitoring(tmp_path: Path) -> None:
         vdifrec.Recorder(port=5, ports=[6])
 
 
+@pytest.mark.slow
 def test_split_by_sender_writes_one_exact_scan_per_sender(tmp_path: Path) -> None:
     ds = disks(tmp_path, 2)
     rec = vdifrec.Recorder(port=0, ring=ring_holding(9000), frame_size=FS, disks=[str(x) for x in ds], split="sender",
@@ -533,6 +547,7 @@ def test_split_by_sender_writes_one_exact_scan_per_sender(tmp_path: Path) -> Non
     assert any(n.startswith("data stream by_ds1: frames from 127.0.0.1:") for n in s.notes)
 
 
+@pytest.mark.slow
 def test_record_command_writes_a_scan(tmp_path: Path) -> None:
     ds = disks(tmp_path, 2)
     sent_file = tmp_path / "sent.vdif"
@@ -568,6 +583,7 @@ def test_record_command_writes_a_scan(tmp_path: Path) -> None:
         assert s["kernel_drops"] > 0
 
 
+@pytest.mark.slow
 def test_record_command_names_the_scan_flags() -> None:
     r = run_cli("record", "--port", "0", "--disk", "/tmp", "--scan", "a.b", "--frame-size", str(FS), "--ring", "64MiB")
     assert r.returncode == 2 and "--scan" in r.stderr, r.stderr

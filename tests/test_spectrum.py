@@ -164,6 +164,7 @@ def test_live_view_spectrum_equals_the_file(tmp_path: Path) -> None:
     assert np.array_equal(vdifrec.bstate(view).counts, vdifrec.bstate(vdifrec.open(out, sample_rate=4.096e7)).counts)
 
 
+@pytest.mark.slow
 def test_cli_spectrum_bstate_and_bad_arguments(tmp_path: Path, cli) -> None:
     sample = vdifrec.SAMPLE_VDIF
     png, m5 = tmp_path / "s.png", tmp_path / "s.txt"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 import vdifrec
 from conftest import delivered, free_udp_port
 
@@ -19,6 +21,7 @@ from conftest import delivered, free_udp_port
 FPS = 10_000
 
 
+@pytest.mark.slow
 def test_start_into_a_flowing_stream_loses_nothing_to_the_set_up() -> None:
     # Monitoring (nothing written): what is asserted is the start-up, not this disk's speed.
     port = free_udp_port()

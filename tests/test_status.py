@@ -43,6 +43,7 @@ def metrics_of(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float
     return out
 
 
+@pytest.mark.slow
 def test_status_and_metrics_under_100_requests_per_second(tmp_path) -> None:
     out, sent_file = tmp_path / "s.vdif", tmp_path / "sent.vdif"
     # The ring holds the whole stream: however slow the disk, nothing overflows it.
@@ -146,6 +147,7 @@ def test_remote_status_gives_the_same_stats_type(tmp_path) -> None:
         vdifrec.RemoteStatus("http://127.0.0.1:9").stats()
 
 
+@pytest.mark.slow
 def test_status_port_in_use_and_bad_address() -> None:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -159,6 +161,7 @@ def test_status_port_in_use_and_bad_address() -> None:
         vdifrec.Recorder(port=0, status_listen="somewhere")
 
 
+@pytest.mark.slow
 def test_watch_prints_lines_and_warns_on_loss_and_stall() -> None:
     rec = vdifrec.Recorder(port=0, ring="16MiB", frame_size=8224, status_listen="0", fps=2000)
     rec.start()

@@ -189,6 +189,7 @@ def push_cli(*args: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_a_killed_push_resumes_with_only_the_missing_blocks(tmp_path: Path, token: Path, incoming: Path,
                                                             receiver: Any) -> None:
     src = tmp_path / "scan.vdif"
@@ -219,6 +220,7 @@ def test_a_killed_push_resumes_with_only_the_missing_blocks(tmp_path: Path, toke
     assert (ev["state"], ev["blocks_resumed"]) == ("received", had)
 
 
+@pytest.mark.slow
 def test_a_killed_receiver_is_resumed_when_it_is_back(tmp_path: Path, token: Path, incoming: Path) -> None:
     src = tmp_path / "scan.vdif"
     data = random_file(src, 8 * MiB, seed=2)
@@ -261,6 +263,7 @@ def test_a_killed_receiver_is_resumed_when_it_is_back(tmp_path: Path, token: Pat
     assert second.returncode == 0 and "received scan.vdif" in out and "stopped" in err
 
 
+@pytest.mark.slow
 def test_cut_connections_are_made_again_and_their_blocks_resent(tmp_path: Path, token: Path, incoming: Path,
                                                                  receiver: Any) -> None:
     src = tmp_path / "scan.vdif"
@@ -309,6 +312,7 @@ def test_a_block_damaged_in_flight_is_never_written_and_is_sent_again(tmp_path: 
     assert (incoming / "scan.vdif").read_bytes() == data
 
 
+@pytest.mark.slow
 def test_a_stopped_push_resumes_and_a_changed_source_is_refused(tmp_path: Path, token: Path, incoming: Path,
                                                                 receiver: Any) -> None:
     src = tmp_path / "scan.vdif"
@@ -468,6 +472,7 @@ def first_messages(s: socket.socket, until: float, most: int = 2) -> list[dict[s
     return got
 
 
+@pytest.mark.slow
 def test_silent_connections_from_the_pushs_own_address_cannot_keep_it_out(tmp_path: Path, token: Path,
                                                                          incoming: Path, receiver: Any) -> None:
     # Anyone who reaches the port can open connections and say nothing. 40 of them, from the
@@ -537,6 +542,7 @@ def settled_rate(samples: list[tuple[float, int, int]]) -> tuple[float | None, i
 PATH_RULE = re.compile(r"streams \d+: \d+ gave [+-]\d+ % at (\d+) % CPU")
 
 
+@pytest.mark.slow
 def test_auto_finds_the_streams_a_capped_path_needs(tmp_path: Path, token: Path, incoming: Path,
                                                     receiver: Any) -> None:
     # Six connections fill this path, where the relay (Python, on this host's cores) can carry
@@ -612,6 +618,7 @@ def settled_as_promised(streams: int, reason: str, max_streams: int = 32) -> Non
         assert why == "the transfer ended before the count settled", f"not a reason --streams auto gives: {reason}"
 
 
+@pytest.mark.slow
 def test_auto_on_loopback_settles_as_it_says(tmp_path: Path, token: Path, receiver: Any) -> None:
     src = tmp_path / "scan.vdif"
     # (The bytes do not matter here: one random MiB, over and over.)
@@ -638,6 +645,7 @@ def test_the_settling_rules_are_read_as_the_engine_states_them() -> None:
             settled_as_promised(int(wrong.split()[1].rstrip(":")), wrong)
 
 
+@pytest.mark.slow
 def test_the_rate_cap_holds(tmp_path: Path, token: Path, receiver: Any) -> None:
     src = tmp_path / "scan.vdif"
     random_file(src, 10_000_000)
@@ -650,6 +658,7 @@ def test_the_rate_cap_holds(tmp_path: Path, token: Path, receiver: Any) -> None:
 # -- the command line ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_receive_and_push(tmp_path: Path, token: Path, incoming: Path) -> None:
     src = tmp_path / "r2.vdif"
     data = random_file(src, 3 * MiB)

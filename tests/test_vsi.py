@@ -147,6 +147,7 @@ def test_commands_split_and_parse_as_the_reference_says() -> None:
 # -- a Field System session ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_field_system_session_records_three_exact_scans(serve: Serve, tmp_path: Path) -> None:
     port = free_udp_port()
     d0, d1 = (str(d) for d in serve.disks)
@@ -346,6 +347,7 @@ def test_each_bad_command_gets_its_code_and_one_plain_message(serve: Serve, comm
     assert serve.one("record?").fields == ("off",) and serve.one("status?").fields == ("0x00000001",)
 
 
+@pytest.mark.slow
 def test_bad_parameters_during_a_scan_change_nothing(tmp_path: Path) -> None:
     # The ring holds the whole scan, so that a slow disk (each vbs chunk synced) cannot make
     # the count here differ from what the kernel dropped.
@@ -409,6 +411,7 @@ def test_scan_set_and_disk2file_refuse_bad_offsets_and_paths(serve: Serve, tmp_p
 # -- abuse of the control port while a scan records ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_abuse_of_the_control_port_costs_the_scan_nothing(tmp_path: Path) -> None:
     # The ring holds the whole scan (316 MiB): a slow disk (each vbs chunk synced) cannot make
     # what is on disk differ from what the kernel let through.
@@ -494,6 +497,7 @@ def test_two_clients_racing_for_record_on_one_wins(serve: Serve) -> None:
     serve.wait_off()
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_scan_leaves_a_valid_scan(tmp_path: Path) -> None:
     port = free_udp_port()
     serve = Serve(tmp_path, "--port", str(port), "--fps", str(FPS))

@@ -141,6 +141,7 @@ def cleanup() -> Iterator[list[Callable[[], object]]]:
         stop()
 
 
+@pytest.mark.slow
 def test_watch_many_recorders_one_stops_answering_and_comes_back(tmp_path, cleanup) -> None:
     a, b = recorder(), recorder()
     cleanup += [a.stop, lambda: b.running and b.stop()]
@@ -192,6 +193,7 @@ def test_watch_many_recorders_one_stops_answering_and_comes_back(tmp_path, clean
     assert not any("LOSS" in ln for ln in lines)
 
 
+@pytest.mark.slow
 def test_watch_fail_on_loss_names_the_recorder_and_the_causes(tmp_path, cleanup) -> None:
     a, b = recorder(), recorder()
     cleanup += [a.stop, b.stop]
@@ -231,6 +233,7 @@ def test_watch_fail_on_loss_names_the_recorder_and_the_causes(tmp_path, cleanup)
         assert lines[-1].endswith(f"{A} 20 frames (network 20) !!!")
 
 
+@pytest.mark.slow
 def test_watch_fail_on_loss_exits_0_for_loss_from_before_the_watch(cleanup) -> None:
     a, b = recorder(), recorder()
     cleanup += [a.stop, b.stop]
@@ -337,6 +340,7 @@ class _NotARecorder(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_remote_statuses_a_hung_host_or_a_stranger_costs_its_timeout_not_the_call(cleanup) -> None:
     a = recorder()
     cleanup.append(a.stop)
