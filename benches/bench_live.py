@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import vdifrec
-from vdifrec.cli.reports import print_latency
+from vdifrec.cli.printing import print_latency
 
 from common import env_float, env_int, report
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import vdifrec  # noqa: E402
 from vdifrec.cli.record import follow  # noqa: E402
-from vdifrec.cli.reports import print_summary  # noqa: E402
+from vdifrec.cli.printing import print_summary  # noqa: E402
 from vdifrec.units import parse_size  # noqa: E402
 
 FRAME_SIZE = 8224

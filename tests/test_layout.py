@@ -112,6 +112,39 @@ def test_no_module_imports_another_modules_private_names() -> None:
     assert found == []
 
 
+def test_no_module_reaches_into_another_modules_private_names() -> None:
+    # The same rule for `module._name` on a module imported whole (`from . import record`).
+    modules = python_modules(PACKAGE)
+    found = []
+    for name, path in modules.items():
+        if path.suffix != ".py":
+            continue
+        tree = ast.parse(path.read_text())
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                prefix = f"{base}.{node.module}" if node.module else base
+                imported |= {a.asname or a.name for a in node.names if f"{prefix}.{a.name}" in modules}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported
+                    and node.value.id != "_core" and node.attr.startswith("_") and not node.attr.startswith("__")):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} uses {node.value.id}.{node.attr}")
+    assert found == []
+
+
+def test_no_command_imports_another() -> None:
+    # Each command family stands alone; what several share is in cli.args (the options) and
+    # cli.printing (what they print).
+    graph = python_graph(PACKAGE)
+    shared = {"vdifrec.cli", "vdifrec.cli.__main__", "vdifrec.cli.args", "vdifrec.cli.printing"}
+    commands = [m for m in graph if m.startswith("vdifrec.cli.") and m not in shared]
+    assert len(commands) >= 10
+    wrong = {m: sorted(graph[m] & set(commands)) for m in commands if graph[m] & set(commands)}
+    assert wrong == {}
+
+
 def test_binding_files_wrap_one_thing() -> None:
     long = {
         str(p.relative_to(ROOT)): n

@@ -411,7 +411,7 @@ def test_two_senders_into_one_port_are_one_stream(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_two_stations_in_one_port_are_counted_apart_and_named_in_the_table(tmp_path: Path) -> None:
-    from vdifrec.cli.reports import HEADER, row_line
+    from vdifrec.cli.printing import HEADER, row_line
 
     rec = vdifrec.Recorder(port=0, ring="64MiB", frame_size=FS, fps=FPS)
     rec.start()

@@ -25,7 +25,11 @@ from ._core import (
     SenderError,
     StaleViewError,
 )
-from .analysis import BitStats, Fringe, Spectrum, Tone, bstate, check, find_tones, fringe, spectrum
+from .analysis.bstate import BitStats, bstate
+from .analysis.check import check
+from .analysis.fringe import Fringe, fringe
+from .analysis.spectrum import Spectrum, spectrum
+from .analysis.tones import Tone, find_tones
 from .live import LiveLook
 from .reader import Reader, decode, open
 from .recorder import Recorder

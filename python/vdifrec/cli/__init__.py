@@ -1,5 +1,5 @@
 """The ``vdifrec`` command line: one module per family of commands, the options they share in
-:mod:`vdifrec.cli.args`, what they print in :mod:`vdifrec.cli.reports`. No command module
+:mod:`vdifrec.cli.args`, what they print in :mod:`vdifrec.cli.printing`. No command module
 imports another. ``python -m vdifrec.cli`` runs it as the ``vdifrec`` command does."""
 
 from __future__ import annotations

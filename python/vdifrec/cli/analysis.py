@@ -8,11 +8,13 @@ import math
 from typing import Any
 
 from .. import _core
-from ..analysis import bstate, fringe, spectrum
+from ..analysis.bstate import bstate
+from ..analysis.fringe import fringe
+from ..analysis.spectrum import spectrum
 from ..reader import Reader
 from ..reader import open as open_reader
 from .args import OptionError, UsageError, add_search_arguments, figure, os_error, output, path, positive
-from .reports import verdict
+from .printing import verdict
 
 
 def _open(path: str, sample_rate: float | None) -> Reader:

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from .. import _core
-from ..analysis import check
+from ..analysis.check import check
 from ..reader import open as open_reader
 from ..sources import generate
 from .args import (
@@ -27,7 +27,7 @@ from .args import (
     path,
     positive,
 )
-from .reports import print_check_report
+from .printing import print_check_report
 
 __all__ = ["add_check", "add_generate", "add_info"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import _core
 from .args import OptionError, UsageError, add_search_arguments, figure, number, os_error, path, positive
-from .reports import verdict
+from .printing import verdict
 
 OK, NO_FRINGE = 0, 1
 

@@ -25,7 +25,7 @@ from .. import _core
 from ..recorder import Recorder
 from ..reports import SecondRow, ThreadSecond
 from .args import OptionError, UsageError, default, given, integer, positive, sigterm_as_interrupt, size
-from .reports import HEADER_EVERY
+from .printing import HEADER_EVERY
 
 HEADER = (
     "----- VDIF Time ------------------------------ Computer Time ---------Time Delta----"

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from .. import _core
-from ..analysis import check
+from ..analysis.check import check
 from ..recorder import Recorder
 from ..reports import Summary
 from ..sources import Sender
@@ -33,7 +33,7 @@ from .args import (
     sigterm_as_interrupt,
     size,
 )
-from .reports import HEADER, HEADER_EVERY, STREAMS_HEADER, print_check_report, print_summary, row_line
+from .printing import HEADER, HEADER_EVERY, STREAMS_HEADER, print_check_report, print_summary, row_line
 
 # Seconds without a datagram before the operator is told.
 IDLE_WARNING_S = 5.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from ..analysis import Fringe
+from ..analysis.fringe import Fringe
 from ..reports import SecondRow, Summary
 
 #: How often the header line is repeated in a long table.
