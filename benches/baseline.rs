@@ -5,7 +5,8 @@
 use crate::record::config::Target;
 use crate::record::ring::{Ring, RingMemory};
 use crate::record::scan::disks::DiskSet;
-use crate::record::scan::gate::{Gate, ScanPlan};
+use crate::record::scan::gate::Gate;
+use crate::record::scan::plan::ScanPlan;
 use crate::record::scan::window::Window;
 use crate::record::shared::Shared;
 use crate::record::writer::{self, WriterConfig};

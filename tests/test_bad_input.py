@@ -85,8 +85,10 @@ VALID: dict[str, dict[str, tuple[str, ...]]] = {
     # Nobody listens on {tcp}.
     "vsi": {"address": ("127.0.0.1:{tcp}",), "commands": ("status?",), "--timeout": ("--timeout=2",)},
     "demo": {"--seconds": ("--seconds=0.2",), "--fps": ("--fps=1000",), "--ring": ("--ring=16MiB",)},
-    # Nobody listens on {tcp}: a push that wrongly started fails to connect.
-    "push": {"SOURCE": ("{sample}",), "--to": ("--to=127.0.0.1:{tcp}",), "--token-file": ("--token-file={token}",)},
+    # Nobody listens on {tcp}: a push that wrongly started fails to connect, at once as it does
+    # not ask again (a refused connection is otherwise asked again for --retry-seconds).
+    "push": {"SOURCE": ("{sample}",), "--to": ("--to=127.0.0.1:{tcp}",), "--token-file": ("--token-file={token}",),
+             "--retry-seconds": ("--retry-seconds=0",)},
     # A receive that wrongly started would serve until killed.
     "receive": {"--listen": ("--listen=127.0.0.1:0",), "--dir": ("--dir={tmp}/incoming",),
                 "--token-file": ("--token-file={token}",)},

@@ -518,6 +518,43 @@ def test_silent_connections_from_the_pushs_own_address_cannot_keep_it_out(tmp_pa
             s.close()
 
 
+def test_a_receiver_not_listening_yet_is_asked_again(tmp_path: Path, token: Path, incoming: Path) -> None:
+    # A receiver restarting refuses connections for a moment: the push asks again, with a
+    # growing pause, within --retry-seconds, and its notes say so.
+    src = tmp_path / "a.vdif"
+    data = random_file(src, 300_000)
+    with socket.socket() as s:  # a port nothing listens on, for now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    outcome: dict[str, Any] = {}
+
+    def push() -> None:
+        try:
+            outcome["summary"] = vdifrec.push(src, to=f"127.0.0.1:{port}", token_file=token, retry_seconds=10)
+        except Exception as e:  # shown by the assertion below
+            outcome["error"] = e
+
+    t = threading.Thread(target=push)
+    started = time.monotonic()
+    t.start()
+    time.sleep(1.0)
+    with vdifrec.Receiver(incoming, listen=f"127.0.0.1:{port}", token_file=token):
+        t.join(timeout=30)
+    assert "summary" in outcome, outcome
+    s = outcome["summary"]
+    assert s["items"][0]["state"] == "sent" and time.monotonic() - started < 10, s
+    (note,) = s["notes"]
+    assert re.fullmatch(r"a\.vdif: the receiver refused the connection \(.*\); asked again \d+ time\(s\)", note), note
+    assert (incoming / "a.vdif").read_bytes() == data
+
+    # With nothing ever listening, the push gives up after --retry-seconds, naming why.
+    before = time.monotonic()
+    with pytest.raises(vdifrec.TransferError, match="nothing listens there") as e:
+        vdifrec.push(src, to=f"127.0.0.1:{port}", token_file=token, retry_seconds=0.5)
+    assert 0.25 <= time.monotonic() - before < 5
+    assert "within --retry-seconds 0.5" in str(e.value)
+
+
 # -- how many streams, how fast --------------------------------------------------------------
 
 
@@ -678,9 +715,12 @@ def test_cli_receive_and_push(tmp_path: Path, token: Path, incoming: Path) -> No
         p = push_cli(str(src), "--to", address, "--token-file", str(token), "--json")
         out, err = p.communicate(timeout=60)
         assert p.returncode == 0 and json.loads(out)["items"][0]["state"] == "skipped"
-        p = push_cli(str(src), "--to", "127.0.0.1:1", "--token-file", str(token))
+        # Nothing listens there: asked again within --retry-seconds, then the last reason.
+        p = push_cli(str(src), "--to", "127.0.0.1:1", "--token-file", str(token), "--retry-seconds", "0.5")
         out, err = p.communicate(timeout=60)
         assert p.returncode == 1 and "FAILED: cannot connect to 127.0.0.1:1" in out, out + err
+        assert "nothing listens there" in out and "within --retry-seconds 0.5" in out, out
+        assert "note: r2.vdif: the receiver refused the connection" in out, out
     finally:
         rec.send_signal(signal.SIGINT)
         out, err = rec.communicate(timeout=10)

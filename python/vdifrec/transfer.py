@@ -77,7 +77,9 @@ def push(
     rate : a cap on the aggregate rate: ``"4Gbps"`` (bits) or ``"500MB/s"`` (bytes).
     nice : lower the push threads' CPU priority and I/O class, to share a recording host.
     retry_seconds : how long to keep trying when connections break without progress, or while the
-        receiver answers busy (default 60).
+        receiver answers busy, refuses the connection (not listening yet: starting or
+        restarting) or drops it before the handshake ends (default 60). A wrong token, another
+        protocol version or a refusal naming a problem fails at once.
     progress : called about four times a second with a :class:`PushProgress`.
     check : raise :class:`TransferError` (with the summary as ``.summary``) when an item
         was refused, failed or was interrupted.

@@ -8,8 +8,8 @@
 //! and wires them together. The threads share only `shared` (flags, counters, the ring) and
 //! publish `stats`; `status` serves those snapshots over HTTP without ever blocking the capture,
 //! with how full the disks are (`diskspace`, asked of their file systems by the status thread),
-//! the `live` monitor's looks and the `latency` stamps. At the stop the recorder sums it all up
-//! in the run's `summary`.
+//! the `live` monitor's looks and the `latency` stamps. At the stop the run's `summary` adds up
+//! what each part reports.
 //!
 //! Uses `vdif` (and the small `options`, `units`, `affinity`); never `analysis`, `sources` or
 //! `transfer`: a recorder at a station runs without them (the live monitor is handed its

@@ -1,29 +1,31 @@
 //! The recorder wires a recording together: it checks where the output goes (`target`) and
-//! the disks of scans (`scan::disks`), allocates each stream's ring on its capture's CPU and
-//! opens its backend (`capture::open`), pins the threads as `affinity` decides, starts the
-//! capture, writer, scan gate, status and live monitor threads, and summarises when they
-//! stop. What each part does is decided in that part; here they are only put together.
+//! opens the disks of scans (`scan::disks`), allocates each stream's ring on its capture's CPU
+//! and opens its backend (`capture::open`), pins the threads as `affinity` decides, starts the
+//! capture, writer, scan gate, status and live monitor threads, hands scans to the gate as
+//! `scan::plan` plans them, and when the threads stop asks each part for its report, which
+//! `summary` adds up. What each part does is decided in that part; here they are only put
+//! together.
 
 use crate::affinity;
 use crate::options::ArgError;
 use crate::record::capture::open::{open_backend, OpenError, OpenedBackend};
 use crate::record::capture::{self, CaptureSetup};
-use crate::record::classify::MalformedCounts;
 pub use crate::record::config::{
     BackendKind, PortOption, RecorderConfig, RecorderOptions, StreamAddr, Target,
 };
 use crate::record::live::{Analyser, LiveMonitor};
 use crate::record::ring::{RingError, RingMemory};
-use crate::record::scan::disks::{free_space_note, open_disks, unused_name, DiskSet};
-use crate::record::scan::gate::{Gate, ScanPlan};
+use crate::record::scan::disks::{open_disks, unused_name, DiskSet};
+use crate::record::scan::gate::Gate;
+use crate::record::scan::plan::{self, Asked};
 use crate::record::scan::window::Window;
 use crate::record::scan::{ScanRequest, ScanSummary};
 use crate::record::shared::Shared;
-use crate::record::stats::{FileRecord, Stats, StreamCounts};
-use crate::record::summary::{StreamSummary, Summary};
+use crate::record::stats::Stats;
+use crate::record::summary::{summarise, Ended, Summary};
 use crate::record::target::{check_target, TargetError};
 use crate::record::writer::{self, WriterConfig};
-use crate::vdif::layout::{self, Format};
+use crate::vdif::layout;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -198,21 +200,19 @@ impl Recorder {
                 config.writer_cpu = Some(writer);
             }
         }
-        let disks = match &config.scans {
-            Some(setup) => Some(Arc::new(open_disks(setup)?)),
-            None => None,
+        let (disks, disk_notes) = match &config.scans {
+            Some(setup) => {
+                let opened = open_disks(setup)?;
+                (Some(Arc::new(opened.set)), opened.notes)
+            }
+            None => (None, Vec::new()),
         };
         let shared = Arc::new(Shared::new(config.writes()));
         if let Some(m) = config.max_frames {
             shared.limit_frames(m);
         }
-        for d in disks.iter().flat_map(|d| d.disks.iter()) {
-            if !crate::record::scan::disks::is_mount_point(&d.path) {
-                shared.note(format!(
-                    "disk {} is not a mount point: a FlexBuff or Mark6 disk is one (a directory on a shared file system is no separate failure domain)",
-                    d.path.display()
-                ));
-            }
+        for n in disk_notes {
+            shared.note(n);
         }
         let first = StreamAddr {
             bind: config.bind,
@@ -505,64 +505,28 @@ impl Recorder {
         if alive.is_empty() {
             return Err(ScanCommandError::NoDiskLeft);
         }
-        // The rate of every stream together: frames per second per thread (given or seen), the
-        // frame size (given or seen), the threads each stream has shown.
-        let bits_per_second: f64 = self
+        let seen: Vec<_> = self
             .streams
             .iter()
-            .map(|s| {
-                let c = s.shared.capture_stats();
-                let f = self.config.fps.unwrap_or(c.frames_per_second) as f64;
-                let fs = self.config.frame_size.unwrap_or(c.frame_size) as f64;
-                f * fs * 8.0 * c.totals.threads.max(1) as f64
-            })
-            .sum();
-        let usable = if setup.format == Format::File {
-            1
-        } else {
-            alive.len()
-        };
-        // One file is written in order by one writer.
-        let writers = match setup.format {
-            Format::File => 1,
-            _ => setup
-                .writers
-                .unwrap_or_else(|| crate::record::scan::default_writers(bits_per_second, usable)),
-        };
-        let mut notes = vec![format!(
-            "scan {name}: {} on {} disk(s), {writers} writer(s)",
-            setup.format.name(),
-            usable
-        )];
-        if name != req.name {
-            notes.push(format!(
-                "scan {}: exists already; recorded as {name}",
-                req.name
-            ));
-        }
-        notes.push(free_space_note(
+            .map(|s| s.shared.capture_stats())
+            .collect();
+        let plan = plan::plan(
+            setup,
             disks,
-            &alive,
-            &window,
-            fps,
-            bits_per_second / 8.0,
-        ));
-        let plan = ScanPlan {
-            name: name.clone(),
-            requested_name: req.name.clone(),
-            start_text: req.start.map(|t| t.iso()),
-            stop_text: req.stop.map(|t| t.iso()),
-            window,
-            format: setup.format,
-            chunk_bytes: setup.chunk_bytes(),
-            file_bytes: setup.file_bytes,
-            writers,
-            direct: setup.direct,
-            fps,
-            split: setup.split,
-            writer_cpus: affinity::writer_cpus(&affinity::allowed_cpus(), &self.capture_cpus),
-            notes,
-        };
+            Asked {
+                request: &req,
+                name: name.clone(),
+                window,
+                fps,
+                bits_per_second: plan::bits_per_second(
+                    &seen,
+                    self.config.fps,
+                    self.config.frame_size,
+                ),
+                alive,
+                writer_cpus: affinity::writer_cpus(&affinity::allowed_cpus(), &self.capture_cpus),
+            },
+        );
         self.scan_names.push(name.clone());
         gate.start_scan(plan);
         Ok(name)
@@ -604,117 +568,24 @@ impl Recorder {
         })
     }
 
+    /// The run's summary, added up by `summary::summarise` from what every part reports.
     fn summarise(&self) -> Summary {
-        // Each stream, then their sums.
-        let mut streams = Vec::new();
-        let mut malformed = MalformedCounts::default();
-        let mut counts = StreamCounts::default();
-        let (mut psn_lost, mut psn_ooo, mut capture_cpu_s) = (0u64, 0u64, 0f64);
-        let mut threads_all = Vec::new();
-        for s in &self.streams {
-            let c = s.shared.capture_stats();
-            let (threads, _) = s.shared.thread_totals();
-            let sc = StreamCounts::from(&c.totals);
-            counts += sc;
-            malformed += c.malformed;
-            psn_lost += c.psn_lost;
-            psn_ooo += c.psn_out_of_order;
-            capture_cpu_s += c.capture_cpu_s;
-            threads_all.extend(threads.iter().cloned());
-            streams.push(StreamSummary {
-                port: s.local_addr.port(),
-                frames_received: c.frames_received,
-                counts: sc,
-                frames_lost_network: c.totals.counts.lost.saturating_sub(c.kernel_drops),
-                datagrams: c.datagrams,
-                datagrams_malformed: c.malformed.total(),
-                kernel_drops: c.kernel_drops,
-                ring_overflows: c.ring_overflows,
-                frame_size: c.frame_size,
-                frames_per_second: c.frames_per_second,
-                bytes_buffered: c.frames_received * c.frame_size as u64,
-                capture_cpu_s: c.capture_cpu_s,
-                threads,
-            });
-        }
-        let sum = |f: fn(&StreamSummary) -> u64| streams.iter().map(f).sum::<u64>();
-        let frames_received = sum(|s| s.frames_received);
-        let bytes_buffered = sum(|s| s.bytes_buffered);
-        let kernel_drops = sum(|s| s.kernel_drops);
-        let first = self.shared.capture_stats();
-        let files = self.shared.files();
-        let bytes_written = self.shared.bytes_written();
-        let (bytes_written, bytes_dropped_disk) = if self.config.target.is_some() {
-            (bytes_written, bytes_buffered.saturating_sub(bytes_written))
-        } else {
-            (0, 0)
-        };
-        let (scans, bytes_outside_scans) =
-            self.gate.as_ref().map_or((Vec::new(), 0), |g| g.results());
-        let (bytes_written, bytes_dropped_disk, files) = if self.gate.is_some() {
-            (
-                scans.iter().map(|s| s.bytes_written).sum(),
-                scans.iter().map(|s| s.bytes_dropped_disk).sum(),
-                scans.iter().flat_map(|s| s.files.iter().cloned()).collect(),
-            )
-        } else {
-            (bytes_written, bytes_dropped_disk, files)
-        };
-        let headers: u64 = scans.iter().map(|s| s.bytes_headers).sum();
-        let file_sum: u64 = files.iter().map(|f: &FileRecord| f.bytes).sum();
-        // Monitoring writes nothing, so there is nothing to balance.
-        let invariant_holds = !self.config.writes()
-            || (bytes_buffered == bytes_written + bytes_dropped_disk + bytes_outside_scans
-                && bytes_written + headers == file_sum
-                && scans.iter().all(|s| s.invariant_holds));
-        let (_, gaps) = self.shared.thread_totals();
-        let mut error = self.error();
-        if error.is_none() {
-            error = scans
+        summarise(Ended {
+            streams: self
+                .streams
                 .iter()
-                .find_map(|s| s.error.clone().map(|e| format!("scan {}: {e}", s.name)));
-        }
-        if error.is_none() && bytes_dropped_disk > 0 {
-            error = Some(format!(
-                "{bytes_dropped_disk} bytes buffered were not written to disk"
-            ));
-        }
-        Summary {
-            frames_received,
-            counts,
-            frames_lost_network: counts.frames_lost.saturating_sub(kernel_drops),
-            datagrams: sum(|s| s.datagrams),
-            datagrams_malformed: malformed.total(),
-            datagrams_malformed_by_kind: malformed,
-            kernel_drops,
-            ring_overflows: sum(|s| s.ring_overflows),
-            psn_lost: self.config.psn.then_some(psn_lost),
-            psn_out_of_order: self.config.psn.then_some(psn_ooo),
-            frame_size: first.frame_size,
-            frames_per_second: first.frames_per_second,
-            bytes_buffered,
-            bytes_written,
-            bytes_dropped_disk,
-            bytes_outside_scans,
-            files,
-            scans,
-            streams,
-            invariant_holds,
-            error,
-            duration_s: self.started.elapsed().as_secs_f64(),
-            capture_cpu_s,
-            writer_cpu_s: self.shared.writer_cpu_s(),
-            threads: threads_all,
-            gaps,
-            seconds: self.shared.rows(),
+                .map(|s| (s.local_addr.port(), &*s.shared))
+                .collect(),
+            writes: self.config.writes(),
+            to_target: self.config.target.is_some(),
+            scans: self.gate.as_ref().map(|g| g.results()),
+            psn: self.config.psn,
+            live: self.config.live.is_some(),
+            error: self.error(),
             notes: self.notes(),
             latency: self.latency_report(),
-            live_computed: self.config.live.map(|_| self.shared.live().computed()),
-            live_skips: self.config.live.map(|_| self.shared.live().skips()),
-            live_cpu_s: self.config.live.map(|_| self.shared.live().cpu_s()),
-            ok: false,
-        }
-        .judge()
+            duration_s: self.started.elapsed().as_secs_f64(),
+        })
     }
 }
 
@@ -732,7 +603,7 @@ mod tests {
     use crate::record::scan::ScanSetup;
     use crate::sources::generate::SignalSpec;
     use crate::sources::sender::{parse_drops, SendConfig, Sender};
-    use crate::vdif::layout;
+    use crate::vdif::layout::{self, Format};
     use crate::vdif::Header;
     use std::path::PathBuf;
 

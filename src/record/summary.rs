@@ -1,11 +1,13 @@
 //! The end of a recording: every counter of every stream, the files, the rows, the scans, and
-//! the one verdict (`judge`) on whether everything buffered is on disk. Built by the recorder
-//! when it stops; serialised as Python and `--summary-json` present it.
+//! the one verdict (`judge`) on whether everything buffered is on disk. Added up here
+//! (`summarise`) from what the recorder hands over when it stops; serialised as Python and
+//! `--summary-json` present it.
 
 use crate::record::accounting::{Gap, ThreadTotals};
 use crate::record::classify::MalformedCounts;
 use crate::record::latency::LatencyReport;
 use crate::record::scan::ScanSummary;
+use crate::record::shared::Shared;
 use crate::record::stats::{FileRecord, RecordRow, StreamCounts};
 use serde::Serialize;
 
@@ -92,5 +94,184 @@ impl Summary {
 
     pub fn ok(&self) -> bool {
         self.ok
+    }
+}
+
+/// What a recording ends with, as the recorder hands it over once its threads have stopped.
+pub struct Ended<'a> {
+    /// Every stream's port and state, the first first (its state also holds the run's files,
+    /// rows and writer).
+    pub streams: Vec<(u16, &'a Shared)>,
+    /// The run writes what it buffers (to a target, or to scans' disks); monitoring does not.
+    pub writes: bool,
+    /// It writes to one target (a file or a directory) rather than to scans.
+    pub to_target: bool,
+    /// With disks: every scan, and the bytes buffered while none ran.
+    pub scans: Option<(Vec<ScanSummary>, u64)>,
+    /// Packet sequence numbers were checked; the live monitor was asked for.
+    pub psn: bool,
+    pub live: bool,
+    /// The first failure of any stream.
+    pub error: Option<String>,
+    pub notes: Vec<String>,
+    pub latency: Option<LatencyReport>,
+    pub duration_s: f64,
+}
+
+/// The run's summary: each stream, their sums, where the bytes went, and the verdict.
+pub fn summarise(run: Ended<'_>) -> Summary {
+    let mut streams = Vec::new();
+    let mut malformed = MalformedCounts::default();
+    let mut counts = StreamCounts::default();
+    let (mut psn_lost, mut psn_ooo, mut capture_cpu_s) = (0u64, 0u64, 0f64);
+    let mut threads_all = Vec::new();
+    for &(port, shared) in &run.streams {
+        let c = shared.capture_stats();
+        let (threads, _) = shared.thread_totals();
+        let sc = StreamCounts::from(&c.totals);
+        counts += sc;
+        malformed += c.malformed;
+        psn_lost += c.psn_lost;
+        psn_ooo += c.psn_out_of_order;
+        capture_cpu_s += c.capture_cpu_s;
+        threads_all.extend(threads.iter().cloned());
+        streams.push(StreamSummary {
+            port,
+            frames_received: c.frames_received,
+            counts: sc,
+            frames_lost_network: c.totals.counts.lost.saturating_sub(c.kernel_drops),
+            datagrams: c.datagrams,
+            datagrams_malformed: c.malformed.total(),
+            kernel_drops: c.kernel_drops,
+            ring_overflows: c.ring_overflows,
+            frame_size: c.frame_size,
+            frames_per_second: c.frames_per_second,
+            bytes_buffered: c.frames_received * c.frame_size as u64,
+            capture_cpu_s: c.capture_cpu_s,
+            threads,
+        });
+    }
+    let sum = |f: fn(&StreamSummary) -> u64| streams.iter().map(f).sum::<u64>();
+    let frames_received = sum(|s| s.frames_received);
+    let bytes_buffered = sum(|s| s.bytes_buffered);
+    let kernel_drops = sum(|s| s.kernel_drops);
+    let first = run.streams[0].1;
+    let first_stats = first.capture_stats();
+    // Where the bytes went: the writer's files, or the scans' (which say what they dropped).
+    let (bytes_written, bytes_dropped_disk, files) = match &run.scans {
+        Some((scans, _)) => (
+            scans.iter().map(|s| s.bytes_written).sum(),
+            scans.iter().map(|s| s.bytes_dropped_disk).sum(),
+            scans.iter().flat_map(|s| s.files.iter().cloned()).collect(),
+        ),
+        None if run.to_target => {
+            let written = first.bytes_written();
+            (
+                written,
+                bytes_buffered.saturating_sub(written),
+                first.files(),
+            )
+        }
+        None => (0, 0, first.files()),
+    };
+    let (scans, bytes_outside_scans) = run.scans.unwrap_or_default();
+    let headers: u64 = scans.iter().map(|s| s.bytes_headers).sum();
+    let file_sum: u64 = files.iter().map(|f: &FileRecord| f.bytes).sum();
+    // Monitoring writes nothing, so there is nothing to balance.
+    let invariant_holds = !run.writes
+        || (bytes_buffered == bytes_written + bytes_dropped_disk + bytes_outside_scans
+            && bytes_written + headers == file_sum
+            && scans.iter().all(|s| s.invariant_holds));
+    let (_, gaps) = first.thread_totals();
+    let error = run
+        .error
+        .or_else(|| {
+            scans
+                .iter()
+                .find_map(|s| s.error.clone().map(|e| format!("scan {}: {e}", s.name)))
+        })
+        .or_else(|| {
+            (bytes_dropped_disk > 0)
+                .then(|| format!("{bytes_dropped_disk} bytes buffered were not written to disk"))
+        });
+    let live = run.live.then(|| first.live());
+    Summary {
+        frames_received,
+        counts,
+        frames_lost_network: counts.frames_lost.saturating_sub(kernel_drops),
+        datagrams: sum(|s| s.datagrams),
+        datagrams_malformed: malformed.total(),
+        datagrams_malformed_by_kind: malformed,
+        kernel_drops,
+        ring_overflows: sum(|s| s.ring_overflows),
+        psn_lost: run.psn.then_some(psn_lost),
+        psn_out_of_order: run.psn.then_some(psn_ooo),
+        frame_size: first_stats.frame_size,
+        frames_per_second: first_stats.frames_per_second,
+        bytes_buffered,
+        bytes_written,
+        bytes_dropped_disk,
+        bytes_outside_scans,
+        files,
+        scans,
+        streams,
+        invariant_holds,
+        error,
+        duration_s: run.duration_s,
+        capture_cpu_s,
+        writer_cpu_s: first.writer_cpu_s(),
+        threads: threads_all,
+        gaps,
+        seconds: first.rows(),
+        notes: run.notes,
+        latency: run.latency,
+        live_computed: live.map(|l| l.computed()),
+        live_skips: live.map(|l| l.skips()),
+        live_cpu_s: live.map(|l| l.cpu_s()),
+        ok: false,
+    }
+    .judge()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended<'a>(streams: Vec<(u16, &'a Shared)>, writes: bool) -> Ended<'a> {
+        Ended {
+            streams,
+            writes,
+            to_target: writes,
+            scans: None,
+            psn: false,
+            live: false,
+            error: None,
+            notes: vec![],
+            latency: None,
+            duration_s: 1.0,
+        }
+    }
+
+    #[test]
+    fn a_run_without_frames_is_whole_and_a_failure_is_not() {
+        let (a, b) = (Shared::new(true), Shared::new(true));
+        let s = summarise(ended(vec![(5000, &a), (5001, &b)], true));
+        assert_eq!(
+            s.streams.iter().map(|s| s.port).collect::<Vec<_>>(),
+            [5000, 5001]
+        );
+        assert!(s.ok && s.invariant_holds && s.error.is_none());
+        assert_eq!((s.psn_lost, s.live_computed), (None, None));
+        let failed = Ended {
+            error: Some("disk full".into()),
+            psn: true,
+            ..ended(vec![(5000, &a)], true)
+        };
+        let s = summarise(failed);
+        assert!(!s.ok && s.invariant_holds);
+        assert_eq!(
+            (s.error.as_deref(), s.psn_lost),
+            (Some("disk full"), Some(0))
+        );
     }
 }

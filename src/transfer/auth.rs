@@ -2,6 +2,7 @@
 //! each end sends a random challenge and answers the other's with an HMAC-SHA256 keyed by
 //! the token. The receiver proves itself too, so a push never sends a scan to an impostor.
 
+use super::retry::Passing;
 use super::wire::{self, Message};
 use crate::options::ArgError;
 use hmac::{Hmac, KeyInit, Mac};
@@ -139,29 +140,43 @@ pub fn check_answer(stream: &mut TcpStream, token: &[u8], ours: &str) -> Result<
     wire::send(stream, &Message::Proven { mac: hex(&answer) }).map_err(receiver_io)
 }
 
-/// Why the sender's side of the handshake did not end proven.
+/// Why the sender's side of the handshake (or the connection before it) did not end proven.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ProveError {
     /// The receiver is busy (its handshake places or its connections are all taken): it said
     /// so (`Error` with `retry`) in place of its challenge or of its proof. Worth trying again
     /// after a pause.
     Busy(String),
-    /// Anything else (another token, another protocol, a broken connection): an answer.
+    /// The connection could not be made, or broke before the handshake ended, in a way that
+    /// may pass (`retry::Passing`), with the whole reason. Worth trying again after a pause.
+    Broken(Passing, String),
+    /// Anything else (another token, another protocol, a refusal naming a problem): an answer.
     Failed(String),
+}
+
+impl ProveError {
+    /// `e`, met while connecting or in the handshake and told as `why`: `Broken` where it may
+    /// pass, else `Failed`.
+    pub fn io(e: &std::io::Error, why: String) -> ProveError {
+        match Passing::of(e) {
+            Some(passing) => ProveError::Broken(passing, why),
+            None => ProveError::Failed(why),
+        }
+    }
 }
 
 impl std::fmt::Display for ProveError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ProveError::Busy(why) => write!(f, "the receiver is busy ({why})"),
-            ProveError::Failed(why) => f.write_str(why),
+            ProveError::Broken(_, why) | ProveError::Failed(why) => f.write_str(why),
         }
     }
 }
 
 /// The sender's side: answer the receiver's challenge and check the receiver's answer.
 pub fn prove(stream: &mut TcpStream, token: &[u8]) -> Result<(), ProveError> {
-    let io = |e: std::io::Error| ProveError::Failed(format!("handshake with the receiver: {e}"));
+    let io = |e: std::io::Error| ProveError::io(&e, format!("handshake with the receiver: {e}"));
     let theirs = match wire::receive(stream).map_err(io)? {
         Message::Hello { version, nonce } if version == wire::VERSION => nonce,
         Message::Error {
@@ -246,11 +261,12 @@ mod tests {
     }
 
     #[test]
-    fn a_busy_answer_is_told_from_a_broken_connection() {
+    fn a_busy_answer_a_broken_connection_and_another_protocol_are_told_apart() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let r = std::thread::spawn(move || {
-            // Busy in place of the challenge; then a connection closed without a word.
+            // Busy in place of the challenge; then a connection closed without a word; then
+            // a challenge of another protocol version.
             let (mut s, _) = l.accept().unwrap();
             let busy = Message::Error {
                 message: "busy: try again shortly".into(),
@@ -258,16 +274,28 @@ mod tests {
             };
             wire::send(&mut s, &busy).unwrap();
             drop(l.accept().unwrap());
+            let (mut s, _) = l.accept().unwrap();
+            let other = Message::Hello {
+                version: wire::VERSION + 1,
+                nonce: nonce(),
+            };
+            wire::send(&mut s, &other).unwrap();
         });
         let busy = prove(&mut TcpStream::connect(addr).unwrap(), b"0123456789abcdef");
         assert_eq!(
             busy,
             Err(ProveError::Busy("busy: try again shortly".into()))
         );
+        // Closed before the challenge: EOF (or a reset, had bytes been left unread).
         let broken = prove(&mut TcpStream::connect(addr).unwrap(), b"0123456789abcdef");
         assert!(
-            matches!(&broken, Err(ProveError::Failed(w)) if w.starts_with("handshake with the receiver")),
+            matches!(&broken, Err(ProveError::Broken(Passing::Closed | Passing::Reset, w)) if w.starts_with("handshake with the receiver")),
             "{broken:?}"
+        );
+        let other = prove(&mut TcpStream::connect(addr).unwrap(), b"0123456789abcdef");
+        assert!(
+            matches!(&other, Err(ProveError::Failed(w)) if w.contains("run the same vdifrec version at both ends")),
+            "{other:?}"
         );
         r.join().unwrap();
     }

@@ -7,7 +7,10 @@
 //! connections would keep every push out. Two rules keep the places for those who speak:
 //!
 //! - One address holds at most `per_peer` of the `most` places, so a single misbehaving host
-//!   leaves room for the others.
+//!   leaves room for the others. An address is counted as its host's (`Origin`): an IPv4
+//!   address as itself, also when it arrives IPv4-mapped on an IPv6 socket, and an IPv6
+//!   address as its /64, which one host usually holds whole, so that a host cannot take every
+//!   place by speaking from many addresses.
 //! - When the places a newcomer needs are taken, the connection that has said nothing the
 //!   longest gives way to it: the oldest silent one of the newcomer's own address when that
 //!   address is at its bound, else of the address holding the most places. A connection gives
@@ -22,7 +25,7 @@
 //! of this is decided under one lock, with the time passed in, so the rules are tested here
 //! on plain addresses and instants.
 
-use std::net::{IpAddr, TcpStream};
+use std::net::{IpAddr, Ipv6Addr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,9 +36,37 @@ pub const PER_PEER: usize = 4;
 /// How long a connection must have been silent before it gives way to a newcomer.
 pub const GRACE: Duration = Duration::from_secs(1);
 
+/// Whose a connection is, as the bound per address counts it: an IPv4 address (IPv4-mapped
+/// IPv6 ones as the IPv4 address they carry), or an IPv6 /64 (its host bits zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Origin(IpAddr);
+
+impl Origin {
+    pub fn of(peer: IpAddr) -> Origin {
+        match peer {
+            IpAddr::V4(_) => Origin(peer),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Origin(IpAddr::V4(v4)),
+                None => Origin(IpAddr::V6(Ipv6Addr::from(
+                    u128::from(v6) & !((1u128 << 64) - 1),
+                ))),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            IpAddr::V4(v4) => write!(f, "{v4}"),
+            IpAddr::V6(v6) => write!(f, "{v6}/64"),
+        }
+    }
+}
+
 struct Place {
     id: u64,
-    peer: IpAddr,
+    peer: Origin,
     since: Instant,
     /// The connection has begun to answer the challenge: it keeps its place.
     spoke: bool,
@@ -94,8 +125,9 @@ impl Handshakes {
         now: Instant,
         stream: Option<TcpStream>,
     ) -> Result<Held<'_>, String> {
+        let peer = Origin::of(peer);
         let mut places = self.places.lock().unwrap();
-        let held_by = |p: IpAddr, places: &[Place]| places.iter().filter(|x| x.peer == p).count();
+        let held_by = |p: Origin, places: &[Place]| places.iter().filter(|x| x.peer == p).count();
         let at_bound = held_by(peer, &places) >= self.per_peer;
         if at_bound || places.len() >= self.most {
             // Who gives way: the newcomer's own address's when it is at its bound, else the
@@ -145,8 +177,9 @@ impl Handshakes {
         })
     }
 
-    /// Places held now, by everyone and by `peer`.
+    /// Places held now, by everyone and by `peer`'s host (`Origin`).
     pub fn held(&self, peer: IpAddr) -> (usize, usize) {
+        let peer = Origin::of(peer);
         let places = self.places.lock().unwrap();
         let mine = places.iter().filter(|p| p.peer == peer).count();
         (places.len(), mine)
@@ -260,6 +293,55 @@ mod tests {
         assert_eq!(a.iter().filter(|h| h.gave_way()).count(), 1);
         assert!(b.iter().all(|h| !h.gave_way()));
         assert_eq!(t.held(ip(1)), (6, 3));
+    }
+
+    #[test]
+    fn an_ipv4_mapped_address_counts_as_its_ipv4_address() {
+        let t = Handshakes::new(16, 2, GRACE);
+        let now = Instant::now();
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        let _a = t.enter(ip(1), now, None).unwrap();
+        let _b = t.enter(mapped, now, None).unwrap();
+        assert_eq!(t.held(ip(1)), (2, 2));
+        assert_eq!(t.held(mapped), (2, 2));
+        let busy = t.enter(mapped, now, None).err().unwrap();
+        assert!(
+            busy.starts_with("busy: 2 handshakes from 10.0.0.1 "),
+            "{busy}"
+        );
+        // Another IPv4 address, mapped or not, is another host.
+        assert!(t
+            .enter("::ffff:10.0.0.2".parse().unwrap(), now, None)
+            .is_ok());
+    }
+
+    #[test]
+    fn ipv6_addresses_count_by_their_64() {
+        let t = Handshakes::new(16, 2, GRACE);
+        let now = Instant::now();
+        let v6 = |s: &str| -> IpAddr { s.parse().unwrap() };
+        // Many addresses of one /64 (one host's privacy addresses, say) share its bound.
+        let _a = t.enter(v6("2001:db8:1:2::1"), now, None).unwrap();
+        let _b = t
+            .enter(v6("2001:db8:1:2:ffff:ffff:ffff:fffe"), now, None)
+            .unwrap();
+        let busy = t
+            .enter(v6("2001:db8:1:2:abcd::9"), now, None)
+            .err()
+            .unwrap();
+        assert!(
+            busy.starts_with("busy: 2 handshakes from 2001:db8:1:2::/64 "),
+            "{busy}"
+        );
+        assert_eq!(t.held(v6("2001:db8:1:2::77")), (2, 2));
+        // The next /64 is another host.
+        let _c = t.enter(v6("2001:db8:1:3::1"), now, None).unwrap();
+        assert_eq!(t.held(v6("2001:db8:1:3::2")), (3, 1));
+        assert_eq!(
+            Origin::of(v6("2001:db8:1:2::1")).to_string(),
+            "2001:db8:1:2::/64"
+        );
+        assert_eq!(Origin::of(v6("::ffff:192.0.2.7")).to_string(), "192.0.2.7");
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //! reboot resumes with only the blocks missing), reads the whole copy back at the end, and
 //! only then gives it its name. How many connections is chosen from measured throughput and
 //! both hosts' CPU use (`streams`). Both ends prove that they hold a shared token
-//! (`auth`), the receiver in few places for handshakes that no one address can hold all of
-//! (`handshakes`); the receiver writes only names it accepts (`names`) below its directory.
+//! (`auth`), the receiver in few places for handshakes that no one host can hold all of
+//! (`handshakes`); a push asks again, after a pause, what may pass (a busy receiver, a
+//! refused or dropped connection: `retry`). The receiver writes only names it accepts
+//! (`names`) below its directory.
 //!
 //! A stage of its own beside `record`: it runs after (or while) scans are recorded and reads
 //! them from disk with `vdif::scan`, so it uses `vdif`, `options` and `units`, never `record`.
@@ -23,6 +25,7 @@ pub mod names;
 pub mod pacing;
 pub mod push;
 pub mod receive;
+pub mod retry;
 pub mod streams;
 pub mod wire;
 

@@ -5,8 +5,10 @@
 //! to the queue and is made again; a control connection that breaks makes the whole item
 //! resume from what the receiver has on disk. With `streams = auto` the number of connections
 //! follows `streams::next_step` on measured rates and both hosts' CPU use. A receiver that
-//! answers "busy" (its handshake places or connections all taken) is asked again after a
-//! growing pause, within `retry_seconds`, and the summary's notes say why the push waited.
+//! answers "busy" (its handshake places or connections all taken), refuses the connection
+//! (restarting) or drops it before the handshake ends (overloaded, a glitch on the path: see
+//! `retry`) is asked again after a growing pause, within `retry_seconds`, and the summary's
+//! notes say why the push waited.
 
 use super::auth::{self, ProveError};
 use super::blocks::BlockMap;
@@ -14,6 +16,7 @@ use super::cpu::{CpuCounters, CpuLoad};
 use super::items::{Item, SourceReader};
 use super::pacing::{self, Pacer};
 use super::receive::{MAX_BLOCK, MIN_BLOCK};
+use super::retry;
 use super::streams::{next_step, AutoLimits, Next, Trial};
 use super::wire::{self, BlockIndex, Message, PlanState, Shape};
 use super::TransferError;
@@ -56,7 +59,8 @@ pub struct PushOptions {
     /// Lower the push threads' CPU priority (nice 19) and I/O class (idle).
     pub nice: bool,
     /// Seconds to keep reconnecting after connections break without progress, and to keep
-    /// asking a receiver that answers busy.
+    /// asking a receiver that answers busy, refuses the connection or drops it in the
+    /// handshake.
     pub retry_seconds: f64,
 }
 
@@ -214,30 +218,29 @@ pub struct Progress {
     pub items_total: AtomicUsize,
     pub items_done: AtomicUsize,
     pub item: Mutex<String>,
-    /// Busy answers that were asked again: (item, the receiver's reason, how many times).
-    busy: Mutex<Vec<(String, String, u64)>>,
+    /// Times the receiver was asked again: (item, what happened, how many times).
+    asked: Mutex<Vec<(String, String, u64)>>,
 }
 
 impl Progress {
-    /// The receiver answered busy with `why`: noted under the item under way.
-    fn asked_again(&self, why: &str) {
+    /// The receiver is asked again after `what` happened: counted under the item under way.
+    fn asked_again(&self, what: &str) {
         let item = self.item.lock().unwrap().clone();
-        let mut busy = self.busy.lock().unwrap();
-        match busy.iter_mut().find(|(i, w, _)| *i == item && w == why) {
+        let mut asked = self.asked.lock().unwrap();
+        match asked.iter_mut().find(|(i, w, _)| *i == item && w == what) {
             Some((_, _, n)) => *n += 1,
-            None => busy.push((item, why.to_string(), 1)),
+            None => asked.push((item, what.to_string(), 1)),
         }
     }
 
-    /// One note per item and reason the receiver gave for being busy.
-    fn busy_notes(&self) -> Vec<String> {
-        self.busy
+    /// One note per item and what made the push ask again (the receiver's reason for being
+    /// busy, a refused connection, ...).
+    fn asked_notes(&self) -> Vec<String> {
+        self.asked
             .lock()
             .unwrap()
             .iter()
-            .map(|(item, why, n)| {
-                format!("{item}: the receiver was busy ({why}); asked again {n} time(s)")
-            })
+            .map(|(item, what, n)| format!("{item}: {what}; asked again {n} time(s)"))
             .collect()
     }
 }
@@ -392,7 +395,7 @@ fn push_checked(cfg: &Config, progress: &Progress, stop: &AtomicBool) -> PushSum
         progress.items_done.fetch_add(1, Ordering::Relaxed);
         summary.items.push(s);
     }
-    summary.notes.extend(progress.busy_notes());
+    summary.notes.extend(progress.asked_notes());
     summary.bytes = summary.items.iter().map(|i| i.bytes).sum();
     summary.bytes_sent = summary.items.iter().map(|i| i.bytes_sent).sum();
     summary.seconds = started.elapsed().as_secs_f64();
@@ -477,41 +480,59 @@ fn send_item(cfg: &Config, item: &Item, progress: &Progress, stop: &AtomicBool) 
     s
 }
 
-/// The first pause before a busy receiver is asked again, and the longest.
-const BUSY_PAUSE: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
-
-/// A connection to the receiver, proven on both sides. A receiver that answers busy is asked
-/// again after a pause that doubles each time, for up to `retry_seconds`, each time noted in
+/// A connection to the receiver, proven on both sides. A receiver that answers busy, refuses
+/// the connection or drops it before the handshake ends (`retry::Passing`) is asked again
+/// after a pause that doubles each time, for up to `retry_seconds`, each time noted in
 /// `progress`; `over` says when the connection is no longer wanted. Anything else that keeps
-/// it from being made is the answer (nobody listens, another token).
+/// it from being made is the answer at once (another token, another protocol, a refusal), as
+/// is the last reason once `retry_seconds` are over.
 fn connect(
     cfg: &Config,
     progress: &Progress,
     over: &dyn Fn() -> bool,
 ) -> Result<TcpStream, String> {
     let until = Instant::now() + cfg.retry;
-    let mut pause = BUSY_PAUSE.0;
+    let mut pause = retry::PAUSE.0;
+    let mut asked = 0u64;
     loop {
-        let why = match connect_once(cfg) {
+        // What happened, as the notes count it; the reason to give now; and the reason to
+        // give once retry_seconds are over.
+        let (what, why, lasted) = match connect_once(cfg) {
             Ok(s) => return Ok(s),
-            Err(ProveError::Busy(why)) => why,
             Err(ProveError::Failed(why)) => return Err(why),
+            Err(ProveError::Busy(why)) => (
+                format!("the receiver was busy ({why})"),
+                format!("the receiver is busy ({why})"),
+                format!(
+                    "the receiver is busy ({why}) and stayed so for {:.0} s (--retry-seconds); push again later",
+                    cfg.retry.as_secs_f64()
+                ),
+            ),
+            Err(ProveError::Broken(passing, why)) => {
+                let lasted = if asked == 0 {
+                    why.clone()
+                } else {
+                    format!(
+                        "{why} (the same after asking again {asked} time(s) within --retry-seconds {})",
+                        cfg.retry.as_secs_f64()
+                    )
+                };
+                (passing.said().to_string(), why, lasted)
+            }
         };
         if over() {
-            return Err(format!("the receiver is busy ({why})"));
+            return Err(why);
         }
         if Instant::now() + pause > until {
-            return Err(format!(
-                "the receiver is busy ({why}) and stayed so for {:.0} s (--retry-seconds); push again later",
-                cfg.retry.as_secs_f64()
-            ));
+            return Err(lasted);
         }
-        progress.asked_again(&why);
+        progress.asked_again(&what);
+        asked += 1;
         let wake = Instant::now() + pause;
         while Instant::now() < wake && !over() {
             std::thread::sleep(Duration::from_millis(20).min(wake - Instant::now()));
         }
-        pause = (pause * 2).min(BUSY_PAUSE.1);
+        pause = (pause * 2).min(retry::PAUSE.1);
     }
 }
 
@@ -522,7 +543,7 @@ fn connect_once(cfg: &Config) -> Result<TcpStream, ProveError> {
         .to_socket_addrs()
         .map_err(|e| ProveError::Failed(format!("cannot find {}: {e}", cfg.to)))?
         .collect();
-    let mut last = format!("{} has no address", cfg.to);
+    let mut last = ProveError::Failed(format!("{} has no address", cfg.to));
     for a in addrs {
         match TcpStream::connect_timeout(&a, Duration::from_secs(10)) {
             Ok(mut s) => {
@@ -534,14 +555,22 @@ fn connect_once(cfg: &Config) -> Result<TcpStream, ProveError> {
                 return Ok(s);
             }
             Err(e) => {
-                last = format!(
-                    "cannot connect to {} ({a}): {e}; is `vdifrec receive` running there?",
-                    cfg.to
-                )
+                let nobody = if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                    "nothing listens there, "
+                } else {
+                    ""
+                };
+                last = ProveError::io(
+                    &e,
+                    format!(
+                        "cannot connect to {} ({a}): {nobody}{e}; is `vdifrec receive` running there?",
+                        cfg.to
+                    ),
+                );
             }
         }
     }
-    Err(ProveError::Failed(last))
+    Err(last)
 }
 
 /// One go at an item: offer, then send what the receiver lacks, then the whole-copy check.
@@ -554,8 +583,9 @@ fn attempt(
     s: &mut ItemSummary,
     first: bool,
 ) -> Result<(), Stop> {
-    // The first connection failing is an answer (nobody listens, a wrong token); later, a
-    // receiver restarting or a path coming back is waited for.
+    // The first connection failing, once `connect` has asked again for what may pass, is an
+    // answer (nobody listens, a wrong token); later, a receiver restarting or a path coming
+    // back is also waited for while the item makes no progress (`send_item`).
     let mut control = connect(cfg, progress, &|| stop.load(Ordering::Relaxed)).map_err(|why| {
         if stop.load(Ordering::Relaxed) {
             Stop::Interrupted

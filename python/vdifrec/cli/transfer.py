@@ -49,7 +49,8 @@ def add_push(sub: Any) -> None:
     p.add_argument("--nice", action="store_true",
                    help="lower the push's CPU priority and I/O class, to share a host that is recording")
     p.add_argument("--retry-seconds", type=number, metavar="S",
-                   help="keep trying for this long when connections break without progress or the receiver answers busy (default 60)")
+                   help="keep trying for this long when connections break without progress, or the receiver answers busy, "
+                        "refuses the connection (not listening yet) or drops it in the handshake (default 60)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run_push)
 

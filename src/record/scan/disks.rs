@@ -3,9 +3,10 @@
 //! (the queue of idle disks is first in, first out: among disks equally ready, chunks rotate
 //! round robin; a slow disk comes back late and so gets fewer chunks).
 //!
-//! Also what a scan asks of the disks before it starts: that they can be written
-//! (`open_disks`), a name no scan on them has (`unused_name`), and whether they hold what the
-//! scan will need (`free_space_note`).
+//! Also what a recording asks of the disks before it starts: that they can be written, and
+//! whether each is a file system of its own (`open_disks`); and what a scan asks: a name no
+//! scan on them has (`unused_name`), and whether they hold what it will need
+//! (`free_space_note`).
 
 use crate::record::config::Target;
 use crate::record::diskio::Fault;
@@ -191,8 +192,15 @@ pub fn is_mount_point(dir: &Path) -> bool {
     }
 }
 
-/// The disks exist and can be written; faults (test aid) attached.
-pub fn open_disks(setup: &ScanSetup) -> Result<DiskSet, TargetError> {
+/// The disks of a recording, opened, and what the operator should know of them.
+pub struct OpenedDisks {
+    pub set: DiskSet,
+    pub notes: Vec<String>,
+}
+
+/// The disks exist and can be written; faults (test aid) attached. A disk that is not a mount
+/// point is noted: it may share its file system, and so its failures, with another.
+pub fn open_disks(setup: &ScanSetup) -> Result<OpenedDisks, TargetError> {
     for d in &setup.disks {
         check_target(&Target::Dir {
             dir: d.clone(),
@@ -208,7 +216,19 @@ pub fn open_disks(setup: &ScanSetup) -> Result<DiskSet, TargetError> {
             other => other,
         })?;
     }
-    Ok(DiskSet::new(&setup.disks, &setup.faults))
+    let notes = setup
+        .disks
+        .iter()
+        .filter(|d| !is_mount_point(d))
+        .map(|d| format!(
+            "disk {} is not a mount point: a FlexBuff or Mark6 disk is one (a directory on a shared file system is no separate failure domain)",
+            d.display()
+        ))
+        .collect();
+    Ok(OpenedDisks {
+        set: DiskSet::new(&setup.disks, &setup.faults),
+        notes,
+    })
 }
 
 /// `wanted`, or with jive5ab's suffix when a scan of that name is on any disk (in any

@@ -11,10 +11,11 @@ use crate::record::classify::swapped_header;
 use crate::record::ring::Ring;
 use crate::record::scan::chunk::{self, ChunkJob, ScanOut};
 use crate::record::scan::disks::DiskSet;
+use crate::record::scan::plan::ScanPlan;
 use crate::record::scan::summary::{
     DataStreamSummary, DiskSummary, ScanSecond, ScanStreamSummary, ScanSummary, ScanThread,
 };
-use crate::record::scan::window::{frames_between, FramePoint, Place, Window};
+use crate::record::scan::window::{frames_between, FramePoint, Place};
 use crate::record::scan::writers::{Done, Writers};
 use crate::record::scan::Split;
 use crate::record::shared::Shared;
@@ -37,26 +38,6 @@ const FRAMES_PER_PASS: u64 = 8192;
 /// before), or once frames past the stop came and none inside the window for `STOP_GRACE`.
 const STOP_SETTLE: Duration = Duration::from_millis(100);
 const STOP_GRACE: Duration = Duration::from_millis(500);
-
-/// A scan ready to run: its name resolved, its window and writers decided.
-#[derive(Clone, Debug)]
-pub struct ScanPlan {
-    pub name: String,
-    pub requested_name: String,
-    pub window: Window,
-    pub start_text: Option<String>,
-    pub stop_text: Option<String>,
-    pub format: Format,
-    pub chunk_bytes: u64,
-    /// `file` scans rotated by size: bytes per file at most.
-    pub file_bytes: Option<u64>,
-    pub writers: usize,
-    pub direct: bool,
-    pub fps: Option<u32>,
-    pub split: Option<Split>,
-    pub writer_cpus: Vec<usize>,
-    pub notes: Vec<String>,
-}
 
 enum Command {
     Start(Box<ScanPlan>),

@@ -3,12 +3,14 @@
 //! are cut into numbered chunks (`chunk`), which the scan's `writers` put on whichever of the
 //! `disks` is ready next, in the scan's format (file, vbs or mk6, see `vdif::layout`); frames
 //! outside scans are released unwritten. Each scan has its own accounting and `summary`.
-//! Before a scan starts, `disks` also checks that they can be written, finds the scan a name
-//! none of them holds yet and says whether they have room for it.
+//! Before a scan starts, `disks` also checks that they can be written (and are disks of their
+//! own), finds the scan a name none of them holds yet and says whether they have room for it;
+//! its `plan` decides how many writers the scan's rate needs and says so.
 
 pub mod chunk;
 pub mod disks;
 pub mod gate;
+pub mod plan;
 pub mod summary;
 pub mod window;
 pub mod writers;
@@ -103,13 +105,6 @@ pub fn chunk_frames(chunk_bytes: u64, frame_size: usize, run: u64) -> u64 {
     frames.max(run)
 }
 
-/// Writer threads for a stream of `bits_per_second`: one per 5 Gbit/s plus one, as FlexBuff
-/// operators tune it; never more than there are disks to write to.
-pub fn default_writers(bits_per_second: f64, disks: usize) -> usize {
-    let per_rate = (bits_per_second / 5e9).ceil().max(1.0) as usize + 1;
-    per_rate.min(disks.max(1))
-}
-
 /// A scan as asked for.
 #[derive(Clone, Debug)]
 pub struct ScanRequest {
@@ -128,8 +123,5 @@ mod tests {
         assert_eq!(chunk_frames(256 << 20, 8224, 128), 32_640);
         assert_eq!(chunk_frames(8 << 20, 8224, 128), 1024);
         assert_eq!(chunk_frames(1000, 8224, 128), 128);
-        assert_eq!(default_writers(8.224e9, 12), 3);
-        assert_eq!(default_writers(8.224e9, 2), 2);
-        assert_eq!(default_writers(0.0, 12), 2);
     }
 }
