@@ -73,7 +73,7 @@ pub struct Search {
 /// The result of a fringe search.
 #[derive(Clone, Debug, Serialize)]
 pub struct Fringe {
-    /// Lag of b behind a at the peak, in samples (b[n] ≈ a[n − delay_samples]).
+    /// Lag of b behind a at the peak, in samples (`b[n] ≈ a[n − delay_samples]`).
     pub delay_samples: i64,
     /// Normalised correlation coefficient at the peak, corrected for the part of each FFT
     /// segment that the lag pushes out of it.
