@@ -234,12 +234,22 @@ def test_broken_mark6_files_are_named_errors(tmp_path: Path, cli) -> None:
     disks = make_disks(tmp_path)
     paths = write_mk6(data, disks, "s1", MK6_ORDER)
     d = [str(x) for x in disks]
-    # A block running past the end of its file (the last 10 bytes of disk 2's file cut).
+    # A block running past the end of its file (the last 10 bytes of disk 2's file cut): what a
+    # writer stopped mid-block leaves, read to its last whole frame and named as torn.
     whole = paths[1].read_bytes()
     paths[1].write_bytes(whole[:-10])
-    with pytest.raises(vdifrec.FormatError, match=r"Mark6 block 5 at byte \d+ claims 52808 bytes but the file ends"):
-        vdifrec.open("s1", disks=d)
-    with pytest.raises(vdifrec.FormatError, match=re.escape(str(paths[1]))):
+    with vdifrec.open("s1", disks=d) as fh:
+        (t,) = fh.torn
+        assert (t["path"], t["part"], t["kind"], t["bytes"], t["frames"]) == (str(paths[1]), 5, "block_past_end", FS - 10, 49)
+        assert re.search(r"block 5 of .*: its header claims 52,808 bytes, the file holds 49 whole frames of it, then", t["description"])
+        assert np.concatenate(fh.frames).tobytes() == data[:399 * FS]
+    # A block inside its file that is not whole frames is no torn write: the file is broken.
+    # (Block 0, first in disk 2's file, 10 bytes short of its 37 frames, its size to match.)
+    broken = bytearray(whole)
+    del broken[20 + 8 + 37 * FS - 10:20 + 8 + 37 * FS]
+    broken[24:28] = struct.pack("<i", 8 + 37 * FS - 10)
+    paths[1].write_bytes(bytes(broken))
+    with pytest.raises(vdifrec.FormatError, match=re.escape(f"{paths[1]}: block 0 holds {37 * FS - 10} bytes from byte 28, not whole frames of {FS} bytes")):
         vdifrec.open("s1", disks=d)
     paths[1].write_bytes(whole)
     # A corrupted sync word.
@@ -282,11 +292,14 @@ def test_disk_arguments_and_names(tmp_path: Path, cli) -> None:
         vdifrec.open("s1", disks=[str(d) for d in disks], format="vdif")
     with pytest.raises(vdifrec.ArgumentError, match="format: 'vbs' applies to a scan"):
         vdifrec.open(tmp_path / "original.vdif", format="vbs")
-    # A chunk cut short is not whole frames; a chunk in two places is a duplicate.
+    # A chunk cut short ends in part of a frame: torn (its writer stopped), read to its last
+    # whole frame; a chunk in two places is a duplicate.
     chunk = disks[VBS_ORDER[4]] / "s1" / "s1.00000004"
     chunk.write_bytes(part_bytes(data, 4)[:-5])
-    with pytest.raises(vdifrec.FormatError, match=re.escape(f"{chunk}: chunk 4 holds {50 * FS - 5} bytes from byte 0, not whole frames of {FS} bytes")):
-        vdifrec.open("s1", disks=[str(d) for d in disks])
+    with vdifrec.open("s1", disks=[str(d) for d in disks]) as fh:
+        (t,) = fh.torn
+        assert (t["path"], t["part"], t["offset"], t["bytes"]) == (str(chunk), 4, 49 * FS, FS - 5)
+        assert t["description"].startswith(f"chunk 4 of {chunk}: {FS - 5:,} bytes from byte {49 * FS:,} are part of a frame")
     chunk.write_bytes(part_bytes(data, 4))
     twin = disks[(VBS_ORDER[4] + 1) % 3] / "s1" / "s1.00000004"
     twin.write_bytes(part_bytes(data, 4))

@@ -35,7 +35,7 @@ from .reader import Reader, decode, open
 from .recorder import Recorder
 from .remote import RemoteStatus, RemoteStatuses
 from .reports import DiskRecord, FileRecord, ScanSummary, SecondRow, Stats, Summary, ThreadSecond
-from .scans import gather, scans
+from .scans import gather, repair, scans
 from .sources import Sender, generate, send
 from .transfer import PushProgress, Receiver, TransferError, push
 from .views import RingFrames
@@ -104,6 +104,7 @@ __all__ = [
     "generate",
     "open",
     "push",
+    "repair",
     "scans",
     "send",
     "spectrum",

@@ -44,6 +44,7 @@ __all__ = [
     "generate",
     "parse_size_arg",
     "plain_lut_decode",
+    "repair",
     "scan_info",
     "scans",
     "spectrum_frames",
@@ -486,8 +487,8 @@ class FileReader:
     def scan(
         name: str, disks: list[str], format: str | None = None, sample_rate: float | None = None
     ) -> FileReader:
-        """Scan ``name`` on ``disks``, its parts in order (``format``: file, vbs, mk6; None detects it).
-        A scan with a missing part raises GapError."""
+        """Scan ``name`` on ``disks``, its parts in order (``format``: file, vbs, mk6; None detects it),
+        each to its last whole frame. A scan with a missing part raises GapError."""
     @property
     def header0(self) -> Header: ...
     @property
@@ -531,6 +532,8 @@ class FileReader:
     def frame_parts(self) -> list[npt.NDArray[np.uint8]]:
         """Each part's whole frames (one part for a file; chunks or blocks for a scan) as
         read-only (n_frames, frame_size) uint8 arrays over the memory maps themselves."""
+    def torn(self) -> str:
+        """The torn pieces left out (a scan's, or a file's partial last frame), as JSON (a list)."""
 
 def decode_payloads(
     frames: npt.NDArray[np.uint8], header_size: int, bits: int, out: npt.NDArray[np.float32]
@@ -547,6 +550,8 @@ def scan_info(name: str, disks: list[str], format: str | None = None) -> str:
     """Scan ``name`` on ``disks`` as ``scans`` lists it (JSON), found by its name alone."""
 def gather(name: str, disks: list[str], out: str, format: str | None = None, allow_gaps: bool = False) -> str:
     """Writes scan ``name``'s frames in order into the new file ``out``; the report as JSON."""
+def repair(name: str, disks: list[str], format: str | None = None) -> str:
+    """Cuts scan ``name``'s torn pieces back to whole frames; the report as JSON."""
 def generate(path: str | PathLike[str], options: GenerateOptions) -> Header:
     """Writes a synthetic recording; the header of its first frame."""
 def parse_size_arg(name: str, text: str) -> int: ...

@@ -4,6 +4,7 @@ manner of baseband's ``vdif.open(path, 'rs')``."""
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 from types import TracebackType
 from typing import Any
@@ -43,6 +44,13 @@ class Reader:
         Threads in the file, sorted; the order of the thread axis.
     disks : list of str or None
         For a scan, the disks it was opened from (None for a file).
+    torn : list of dict
+        What was left out as not whole frames: a scan's torn pieces (what a recorder stopped
+        mid-write left at the ends of its files; see :func:`vdifrec.scans` for the keys), or a
+        file's partial last frame. Empty when nothing was torn. Frames after a torn piece in
+        the middle of a scan follow at once: samples are read by position, so the time after
+        it is off by what the piece left out, as after any lost frame (``vdifrec.check``
+        counts it).
     """
 
     def __init__(
@@ -63,6 +71,7 @@ class Reader:
             raise _core.ArgumentError(f"format: {format!r} applies to a scan; give the scan's disks with it")
         else:
             self._core = _core.FileReader(self.name, to_hz(sample_rate))
+        self.torn: list[dict[str, Any]] = json.loads(self._core.torn())
         self._offset = 0
         h = self._core.header0
         self._full_sample_shape = (len(self._core.thread_ids), h.nchan)
@@ -230,8 +239,18 @@ class Reader:
             f" samples_per_frame={self.samples_per_frame},\n"
             f"    sample_shape={self.sample_shape}, threads={self.thread_ids},\n"
             f"    bps={h.bits}, complex_data={h.complex}, edv={h.edv}, station={h.station},\n"
-            f"    start_time={self.start_time.isoformat()}>"
+            f"    start_time={self.start_time.isoformat()}{self._torn_line()}>"
         )
+
+    def _torn_line(self) -> str:
+        if not self.torn:
+            return ""
+        n = len(self.torn)
+        places = ", ".join(
+            f"{t['path']}" if t["part"] is None else f"part {t['part']} of {t['path']}" for t in self.torn
+        )
+        return (f",\n    torn={n} piece{'' if n == 1 else 's'}, {sum(t['bytes'] for t in self.torn):,} bytes"
+                f" left out ({places})")
 
 
 def open(  # noqa: A001
@@ -257,7 +276,9 @@ def open(  # noqa: A001
         Read the scan ``path`` from these directories (mount points), or globs such as
         ``"/mnt/disk*"`` (expanded, sorted). Its parts (FlexBuff chunks, Mark6 blocks) are put
         in order by their numbers and read as one stream. A scan with a missing part raises
-        ``GapError``, naming the parts and the VDIF time they leave out.
+        ``GapError``, naming the parts and the VDIF time they leave out. A scan a recorder
+        stopped mid-write is read to the last whole frame of each file; ``Reader.torn`` says
+        what was left out.
     format : {"file", "vbs", "mk6"}, optional
         The scan's layout; detected from what is on the disks by default.
 

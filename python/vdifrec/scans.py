@@ -1,6 +1,7 @@
 """Scans recorded over several disks (``file``, FlexBuff ``vbs``, Mark6 ``mk6``): which scans
-a set of disks holds, and one gathered back into a single VDIF file. Reading a scan's samples
-is :func:`vdifrec.open` with ``disks=``; checking it, :func:`vdifrec.check` with ``disks=``."""
+a set of disks holds, one gathered back into a single VDIF file, and one left torn by a
+recorder stopped mid-write repaired. Reading a scan's samples is :func:`vdifrec.open` with
+``disks=``; checking it, :func:`vdifrec.check` with ``disks=``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from . import _core
 
-__all__ = ["expand_disks", "gather", "scans"]
+__all__ = ["expand_disks", "gather", "repair", "scans"]
 
 Disks = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
@@ -41,7 +42,18 @@ def scans(disks: Disks) -> list[dict[str, Any]]:
         ``frame_size``, ``first`` and ``last`` (the first frame of the first part and the last
         frame of the last part: ``ref_epoch``, ``seconds``, ``frame``, ``thread`` and ``time``,
         ISO 8601 UTC, to the nanosecond where the header tells the frame's time, else its whole
-        second), and ``error`` (why the scan cannot be read as it is, else None).
+        second), ``torn_bytes`` and ``torn`` (what a recorder stopped mid-write left at the ends
+        of files: never read, see below), and ``error`` (why the scan cannot be read as it is,
+        else None). ``bytes``, ``chunks``, ``first`` and ``last`` count whole frames only.
+
+    Notes
+    -----
+    A torn piece is a dict: ``path``, ``part`` (the chunk, block or file part; None where not
+    known), ``kind`` (``empty``, ``partial_frame``, ``block_past_end``,
+    ``partial_block_header``, ``partial_file_header``), ``offset`` (the file byte where the
+    torn bytes start), ``bytes``, ``frames`` (whole frames of that part before them, which are
+    read), ``after`` and ``before`` (the frames on either side, as ``first``; ``before`` None at
+    the end of the scan) and ``description``. :func:`repair` cuts them away.
     """
     listed: list[dict[str, Any]] = json.loads(_core.scans(expand_disks(disks)))
     return listed
@@ -75,7 +87,41 @@ def gather(
     dict
         ``scan``, ``format``, ``out``, ``bytes`` (written), ``parts``, ``missing`` (part
         numbers), ``gaps`` (each ``first``, ``last``, ``after``, ``before``,
-        ``description``) and ``complete``.
+        ``description``), ``complete``, and ``torn`` and ``torn_bytes``: the torn pieces left
+        out (as :func:`scans` lists them), which are no reason to refuse the scan.
     """
     report: dict[str, Any] = json.loads(_core.gather(scan, expand_disks(disks), os.fspath(out), format, allow_gaps))
+    return report
+
+
+def repair(scan: str, disks: Disks, *, format: str | None = None) -> dict[str, Any]:  # noqa: A002
+    """Cuts what a recorder stopped mid-write left of ``scan`` back to whole frames, so that
+    every reader (jive5ab's and DiFX's too) sees a clean scan.
+
+    Only the torn pieces :func:`scans` lists are cut, each at a file's end: a vbs chunk or
+    ``file`` part is truncated to its whole frames (removed when it holds none); a Mark6 file is
+    truncated after the last whole frame of its torn block and that block's header given its
+    new size (a block with no whole frame is cut away whole; a file left with no block is
+    removed). A second repair cuts nothing. Run it only on a scan no recorder is writing: a
+    file that grows while it is repaired is left alone (``FormatError``).
+
+    Parameters
+    ----------
+    scan : str
+        The scan's name.
+    disks : str, os.PathLike or list of them
+        Directories or globs, as for :func:`scans`: every disk the scan was recorded on.
+    format : {"file", "vbs", "mk6"}, optional
+        The layout; detected from what is on the disks by default.
+
+    Returns
+    -------
+    dict
+        ``scan``, ``format``, ``disks``; ``cut``, one per torn piece cut (``path``, ``part``,
+        ``kind``, ``offset``, ``bytes``, ``frames_kept``, ``action``: what was done, in words,
+        and ``description``: the piece as it was reported); ``bytes_cut``; the scan after the
+        repair: ``bytes`` (whole frames), ``parts`` and ``missing``; and ``notes`` (a part
+        removed from the middle of the scan is a gap from then on).
+    """
+    report: dict[str, Any] = json.loads(_core.repair(scan, expand_disks(disks), format))
     return report

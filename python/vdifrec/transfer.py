@@ -67,7 +67,9 @@ def push(
     to : the receiver, ``"HOST:PORT"``.
     token_file : the shared token's file (its first line; readable by its owner only).
     disks : the recording disks (directories, or a glob such as ``"/mnt/disk*"``) to find
-        the scans on. A scan lands as ``<dir>/<scan>``, its frames in order.
+        the scans on. A scan lands as ``<dir>/<scan>``, its frames in order: its whole frames,
+        what a recorder stopped mid-write left torn at the ends of files left out and named in
+        the item's ``notes``.
     layout : ``"file"`` (a scan as one file) or ``"vbs"`` (``<dir>/<scan>/<scan>.NNNNNNNN``,
         one chunk per recorded part, as FlexBuff writes it).
     streams : TCP connections: a number, or ``"auto"`` to choose from measured throughput and
@@ -88,7 +90,8 @@ def push(
     -------
     The summary: ``ok``, ``bytes``, ``bytes_sent``, ``seconds``, ``rate_bps`` and per item
     ``state`` (``sent``, ``resumed``, ``skipped``, ``refused``, ``failed``, ``interrupted``),
-    ``streams``, ``streams_reason``, ``blocks_resent``, ``digest`` and ``error``.
+    ``streams``, ``streams_reason``, ``blocks_resent``, ``digest``, ``error`` and ``notes``
+    (what the item left out of its source: a scan's torn pieces).
 
     A Ctrl-C stops the push cleanly (the receiver keeps what arrived, to be resumed) and is
     raised again once it has stopped.

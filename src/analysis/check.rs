@@ -16,6 +16,7 @@ use crate::vdif::header::{check_fps, frame_size_from};
 use crate::vdif::layout::Format;
 use crate::vdif::scan::{part_word, PartGap, ScanError, ScanLayout};
 use crate::vdif::time::VdifTime;
+use crate::vdif::torn::TornPiece;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::Read;
@@ -117,7 +118,7 @@ pub struct CheckReport {
     pub trailing_bytes: u64,
     pub header_warnings: HeaderWarnings,
     /// Nothing lost, out of order, duplicated, invalid, corrupt or odd (and, for a scan, no
-    /// part missing).
+    /// part missing and nothing torn).
     pub clean: bool,
     /// For a scan: its layout and the parts missing (absent for a file).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -138,6 +139,10 @@ pub struct ScanNote {
     pub missing: Vec<u64>,
     /// The missing parts as runs, with the frames on either side.
     pub gaps: Vec<PartGap>,
+    /// What a writer stopped mid-write left at files' ends (never read: the check counts the
+    /// whole frames before them), and their bytes.
+    pub torn: Vec<TornPiece>,
+    pub torn_bytes: u64,
 }
 
 /// Checks a file.
@@ -156,13 +161,15 @@ pub fn check_file(path: impl AsRef<Path>, opts: &CheckOptions) -> Result<CheckRe
 }
 
 /// Checks a scan over its parts in order, as one stream: a missing part shows as the frames
-/// it held counted lost (between the frames on either side), and is named in `scan`.
+/// it held counted lost (between the frames on either side), and is named in `scan`; so is a
+/// torn piece, read to its last whole frame (frames never written after it, before the next
+/// part, count as lost too). Either leaves the scan not clean.
 pub fn check_scan(scan: &ScanLayout, opts: &CheckOptions) -> Result<CheckReport, CheckError> {
     opts.checked()?;
     let gaps = scan.gaps()?;
     let label = PathBuf::from(scan.label());
     let mut report = check_stream(&mut scan.reader(), &label, scan.bytes(), opts)?;
-    report.clean &= gaps.is_empty();
+    report.clean &= gaps.is_empty() && scan.torn.is_empty();
     report.scan = Some(ScanNote {
         name: scan.name.clone(),
         format: scan.format,
@@ -171,6 +178,8 @@ pub fn check_scan(scan: &ScanLayout, opts: &CheckOptions) -> Result<CheckReport,
         part_word: part_word(scan.format),
         missing: scan.missing.clone(),
         gaps,
+        torn: scan.torn.clone(),
+        torn_bytes: scan.torn_bytes(),
     });
     Ok(report)
 }

@@ -16,6 +16,7 @@ use crate::vdif::decode::DecodeError;
 use crate::vdif::file::FileError;
 use crate::vdif::gather::GatherError;
 use crate::vdif::header::HeaderError as CoreHeaderError;
+use crate::vdif::repair::RepairError;
 use crate::vdif::scan::ScanError;
 use pyo3::create_exception;
 use pyo3::exceptions::{
@@ -212,6 +213,17 @@ pub fn scan_err(e: ScanError) -> PyErr {
         ScanError::Gaps { .. } => GapError::new_err(e.to_string()),
         ScanError::File(f) => file_err(f),
         _ => FormatError::new_err(e.to_string()),
+    }
+}
+
+pub fn repair_err(e: RepairError) -> PyErr {
+    match e {
+        RepairError::Scan(s) => scan_err(s),
+        RepairError::Io {
+            ref path,
+            ref source,
+        } => io_err(source, e.to_string(), path),
+        RepairError::Changed { .. } => FormatError::new_err(e.to_string()),
     }
 }
 

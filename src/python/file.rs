@@ -13,6 +13,7 @@ use crate::analysis::spectrum::{spectra_of, FrameSource};
 use crate::vdif::decode::{DecodeError, Decoder};
 use crate::vdif::file::VdifFile;
 use crate::vdif::scan::open_scan;
+use crate::vdif::torn::TornPiece;
 use numpy::ndarray::ArrayView2;
 use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2};
 use pyo3::exceptions::PyValueError;
@@ -22,6 +23,9 @@ use pyo3::prelude::*;
 #[pyclass(module = "vdifrec._core", frozen)]
 pub struct FileReader {
     file: VdifFile,
+    /// What was left out as not whole frames: a scan's torn pieces, a file's partial last
+    /// frame.
+    torn: Vec<TornPiece>,
 }
 
 #[pymethods]
@@ -32,11 +36,15 @@ impl FileReader {
         let file = py
             .detach(|| VdifFile::open(&path, sample_rate))
             .map_err(file_err)?;
-        Ok(FileReader { file })
+        let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+        let torn = TornPiece::file_tail(&path, len, file.info().frame_size)
+            .into_iter()
+            .collect();
+        Ok(FileReader { file, torn })
     }
 
-    /// Scan `name` on `disks`, its parts in order (`format`: file, vbs, mk6; None detects it).
-    /// A scan with a missing part raises GapError.
+    /// Scan `name` on `disks`, its parts in order (`format`: file, vbs, mk6; None detects it),
+    /// each to its last whole frame. A scan with a missing part raises GapError.
     #[staticmethod]
     #[pyo3(signature = (name, disks, format=None, sample_rate=None))]
     fn scan(
@@ -47,10 +55,15 @@ impl FileReader {
         sample_rate: Option<f64>,
     ) -> PyResult<Self> {
         let format = format_arg(format)?;
-        let file = py
+        let (file, torn) = py
             .detach(|| open_scan(name, &disks, format, sample_rate))
             .map_err(scan_err)?;
-        Ok(FileReader { file })
+        Ok(FileReader { file, torn })
+    }
+
+    /// The torn pieces left out, as JSON text (a list; empty when nothing was torn).
+    fn torn(&self) -> PyResult<String> {
+        super::to_json(&self.torn)
     }
 
     #[getter]

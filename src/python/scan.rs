@@ -1,11 +1,12 @@
-//! Scans on several disks (`vdif::scan`): the listing, and the gathering of one into a file
-//! (`vdif::gather`). Opening a scan for samples is `FileReader.scan` (`file.rs`), its check
+//! Scans on several disks (`vdif::scan`): the listing, the gathering of one into a file
+//! (`vdif::gather`) and the repair of one left torn (`vdif::repair`). Opening a scan for samples is `FileReader.scan` (`file.rs`), its check
 //! `check_scan` (`check.rs`).
 
-use super::errors::{gather_err, scan_err, ArgumentError};
+use super::errors::{gather_err, repair_err, scan_err, ArgumentError};
 use super::to_json;
 use crate::vdif::gather::gather as gather_scan;
 use crate::vdif::layout::Format;
+use crate::vdif::repair::repair as repair_scan;
 use crate::vdif::scan::{find_scans, ScanLayout};
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -76,8 +77,25 @@ pub fn gather(
     to_json(&report)
 }
 
+/// Cuts scan `name`'s torn pieces back to whole frames; the report as JSON text.
+#[pyfunction]
+#[pyo3(signature = (name, disks, format=None))]
+pub fn repair(
+    py: Python<'_>,
+    name: &str,
+    disks: Vec<PathBuf>,
+    format: Option<&str>,
+) -> PyResult<String> {
+    let format = format_arg(format)?;
+    let report = py
+        .detach(|| repair_scan(name, &disks, format))
+        .map_err(repair_err)?;
+    to_json(&report)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scans, m)?)?;
+    m.add_function(wrap_pyfunction!(repair, m)?)?;
     m.add_function(wrap_pyfunction!(scan_info, m)?)?;
     m.add_function(wrap_pyfunction!(gather, m)?)?;
     Ok(())

@@ -1,14 +1,18 @@
 //! What a push sends: a plain file, or a scan found on the recording disks (`vbs`, `mk6`, or
 //! rotated `file` parts), shipped as one file or as a `vbs` directory of chunk files. Each
 //! destination file is a list of byte ranges of source files, read in place (a Mark6 scan's
-//! block headers are left out: what arrives is frames, as a gathered scan is).
+//! block headers are left out: what arrives is frames, as a gathered scan is). A scan's torn
+//! pieces (`vdif::torn`) are left out too: what arrives is its whole frames, the offer's sizes
+//! are theirs (so the receiver's checksums and read-back cover exactly them), and the item's
+//! notes say what stayed behind.
 
 use super::names::name_problem;
 use super::wire::{FileEntry, Offer, Shape, SourceStamp};
 use super::TransferError;
 use crate::options::ArgError;
 use crate::vdif::layout;
-use crate::vdif::scan::ScanLayout;
+use crate::vdif::scan::{part_word, ScanLayout};
+use crate::vdif::torn::{grouped, TornKind, TornPiece};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -35,6 +39,8 @@ pub struct Item {
     pub label: String,
     pub offer: Offer,
     pub sources: Vec<SourceFile>,
+    /// What the item leaves out of its source (a scan's torn pieces), for the push's report.
+    pub notes: Vec<String>,
 }
 
 fn stamp(path: &Path) -> Result<SourceStamp, TransferError> {
@@ -104,11 +110,13 @@ impl Item {
                     len: meta.len(),
                 }],
             }],
+            notes: Vec::new(),
         })
     }
 
     /// Scan `name` found on `disks`, complete (a scan with a missing part is refused, naming
-    /// it), as one file of its frames in order or as a `vbs` directory of one chunk per part.
+    /// it), as one file of its whole frames in order or as a `vbs` directory of one chunk per
+    /// part holding any; its torn pieces left out and named in the notes.
     pub fn scan(
         name: &str,
         disks: &[PathBuf],
@@ -155,6 +163,8 @@ impl Item {
                 })
                 .unzip(),
         };
+        let what = part_word(scan.format);
+        let notes = scan.torn.iter().map(|t| left_out(t, what)).collect();
         Ok(Item {
             label: scan.label(),
             offer: Offer {
@@ -165,6 +175,7 @@ impl Item {
                 sources: stamps(scan.parts.iter().map(|p| p.path.as_path()))?,
             },
             sources,
+            notes,
         })
     }
 
@@ -182,6 +193,29 @@ impl Item {
             }
         }
         Ok(())
+    }
+}
+
+/// A torn piece as a push's note: `left out 5,568 torn bytes at byte 32,254,528 of
+/// /d1/s/s.00000013 (chunk 13; its 3,922 whole frames are sent)`.
+fn left_out(t: &TornPiece, what: &str) -> String {
+    let part = t.part.map_or(String::new(), |n| format!("{what} {n}; "));
+    let frames = match t.frames {
+        0 => "no whole frame in it".to_string(),
+        n => format!("its {} whole frames are sent", grouped(n)),
+    };
+    match (t.kind, t.bytes) {
+        (TornKind::Empty, _) => format!("left out {}: empty", t.place(what)),
+        (_, 0) => format!(
+            "left out nothing of {}: its header claims more than the file holds ({frames})",
+            t.place(what)
+        ),
+        _ => format!(
+            "left out {} torn bytes at byte {} of {} ({part}{frames})",
+            grouped(t.bytes),
+            grouped(t.offset),
+            t.path.display()
+        ),
     }
 }
 

@@ -274,6 +274,8 @@ pub struct ItemSummary {
     /// The destination's xxh3-128 over its blocks' checksums, as both ends computed it.
     pub digest: Option<String>,
     pub error: Option<String>,
+    /// What the item left out of its source, said plainly (a scan's torn pieces).
+    pub notes: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -387,6 +389,7 @@ fn push_checked(cfg: &Config, progress: &Progress, stop: &AtomicBool) -> PushSum
                 source: item.label.clone(),
                 state: "interrupted",
                 error: Some("not started: the push was interrupted".into()),
+                notes: item.notes.clone(),
                 ..ItemSummary::default()
             }
         } else {
@@ -424,6 +427,7 @@ fn send_item(cfg: &Config, item: &Item, progress: &Progress, stop: &AtomicBool) 
         source: item.label.clone(),
         bytes: map.total_bytes(),
         blocks: map.count(),
+        notes: item.notes.clone(),
         ..ItemSummary::default()
     };
     let done_before = progress.bytes_done.load(Ordering::Relaxed);

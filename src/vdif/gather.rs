@@ -2,10 +2,13 @@
 //! VDIF file, its frames in order, as jive5ab's `disk2file` and DiFX's `mk6gather` do.
 //!
 //! A scan with a missing part is refused unless gaps are allowed; then what exists is written
-//! and the report names what is missing. The output is never overwritten, and a gather that
+//! and the report names what is missing. Torn pieces (`vdif::torn`: what a recorder stopped
+//! mid-write left at a file's end) are no reason to refuse: the whole frames are written, and
+//! the report names what was left out. The output is never overwritten, and a gather that
 //! fails half-way removes what it wrote, so a file of that name is always a whole gather.
 
 use crate::vdif::scan::{PartGap, ScanError, ScanLayout};
+use crate::vdif::torn::TornPiece;
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -43,6 +46,9 @@ pub struct GatherReport {
     pub gaps: Vec<PartGap>,
     /// Every part from 0 to the last was there.
     pub complete: bool,
+    /// Torn pieces left out (bytes at files' ends that are not whole frames), and their bytes.
+    pub torn: Vec<TornPiece>,
+    pub torn_bytes: u64,
 }
 
 /// Writes the frames of `scan` in order into `out`, a new file.
@@ -83,6 +89,8 @@ pub fn gather(
         missing: scan.missing.clone(),
         complete: gaps.is_empty(),
         gaps,
+        torn: scan.torn.clone(),
+        torn_bytes: scan.torn_bytes(),
     })
 }
 

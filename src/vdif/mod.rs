@@ -1,7 +1,8 @@
 //! The VDIF format and what reads it back from disk: headers (`header`, `time`), sample
 //! decoding (`decode`), a VDIF file (`file`, `frames`), the on-disk layouts of scans (`layout`:
-//! file, FlexBuff vbs, Mark6), a scan spread over disks read as one stream (`scan`), and that
-//! stream written back into one file (`gather`).
+//! file, FlexBuff vbs, Mark6), a scan spread over disks read as one stream (`scan`, its frames named by `stamp`), what a
+//! writer stopped mid-write leaves at a file's end (`torn`) and its cutting away (`repair`),
+//! and that stream written back into one file (`gather`).
 //!
 //! The bottom of the tree: it uses nothing else of the crate, so everything above reads frames
 //! the same way.
@@ -12,8 +13,11 @@ pub mod frames;
 pub mod gather;
 pub mod header;
 pub mod layout;
+pub mod repair;
 pub mod scan;
+pub mod stamp;
 pub mod time;
+pub mod torn;
 
 pub use decode::{DecodeError, Decoder};
 pub use file::{FileError, StreamInfo, VdifFile};

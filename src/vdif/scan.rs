@@ -4,15 +4,28 @@
 //!
 //! A part is a byte range of whole frames in one file. Parts are numbered 0, 1, … across the
 //! scan; a number absent between 0 and the highest present is a gap, reported with the VDIF
-//! times of the frames on either side, never read as data. What is wrong with a scan (a
-//! duplicate number, a part that is not whole frames, a broken Mark6 file) is an error that
-//! names the file.
+//! times of the frames on either side, never read as data.
+//!
+//! What a recorder stopped mid-write leaves at the end of a file (part of a frame, a Mark6
+//! block cut short, part of a Mark6 header, an empty chunk) is a torn piece (`vdif::torn`):
+//! the part is read to its last whole frame, and the piece is reported in `ScanLayout::torn`
+//! with its file, byte, size and the VDIF time it leaves out. A part left with no whole frame
+//! is present (its number is no gap) but holds nothing to read. A torn piece in the middle of
+//! the scan (several writers, each stopped in its own chunk) is read like a missing part:
+//! the next part's frames follow at once, and the frames never written between are absent, a
+//! gap in VDIF time that `check` counts as lost and the torn piece names. Unlike a missing
+//! part it does not stop `open_scan`: nothing more is to be found on another disk.
+//!
+//! What is wrong with a scan anywhere but at a file's end (a duplicate number, a Mark6 block
+//! inside its file that is not whole frames, frames that change size, a broken Mark6 header)
+//! is an error that names the file.
 
 use super::file::{FileError, VdifFile};
 use super::frames::FrameStore;
 use super::header::{Header, HeaderError};
 use super::layout::{self, Format, LayoutError, Mk6BlockHeader, Mk6FileHeader};
-use super::time::{utc_unix, Utc};
+pub use super::stamp::Stamp;
+use super::torn::{whole_frames, TornKind, TornPiece};
 use memmap2::Mmap;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
@@ -90,20 +103,6 @@ pub enum ScanError {
         offset: u64,
         source: LayoutError,
     },
-    #[error("{path}: Mark6 block {blocknum} at byte {offset} claims {wb_size} bytes but the file ends at byte {file_bytes}: the file is cut short")]
-    Mk6PastEnd {
-        path: PathBuf,
-        blocknum: u32,
-        offset: u64,
-        wb_size: u32,
-        file_bytes: u64,
-    },
-    #[error("{path}: {bytes} bytes at byte {offset} are too few for a Mark6 block header: the file is cut short")]
-    Mk6ShortBlockHeader {
-        path: PathBuf,
-        offset: u64,
-        bytes: u64,
-    },
     #[error("{message}")]
     Gaps { message: String, missing: Vec<u64> },
     #[error(transparent)]
@@ -127,42 +126,6 @@ pub struct Part {
     /// Where the frames start in the file.
     pub offset: u64,
     pub bytes: u64,
-}
-
-/// Where a frame sits in VDIF time, for listings and gap reports.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Stamp {
-    pub ref_epoch: u32,
-    pub seconds: u32,
-    pub frame: u32,
-    pub thread: u32,
-    /// ISO 8601 UTC: to the nanosecond when the frame's time is known from its header (frame 0
-    /// of a second, or EDV 1/3 headers that carry the rate), else the frame's whole second.
-    pub time: String,
-}
-
-impl Stamp {
-    fn of(h: &Header) -> Stamp {
-        let time = match h.time(None) {
-            Ok(t) => t.iso(),
-            Err(_) => Utc::from_unix(utc_unix(h.ref_epoch(), h.seconds())).iso(),
-        };
-        Stamp {
-            ref_epoch: h.ref_epoch(),
-            seconds: h.seconds(),
-            frame: h.frame_nr(),
-            thread: h.thread_id(),
-            time,
-        }
-    }
-
-    /// `epoch 53 second 1001 frame 49 thread 0 (2026-...)`.
-    pub fn describe(&self) -> String {
-        format!(
-            "VDIF epoch {} second {} frame {} thread {} ({})",
-            self.ref_epoch, self.seconds, self.frame, self.thread, self.time
-        )
-    }
 }
 
 /// Parts `first..=last` are missing; `after` is the last frame before them, `before` the
@@ -232,6 +195,9 @@ pub struct ScanLayout {
     pub parts: Vec<Part>,
     /// Numbers absent between 0 and the highest present.
     pub missing: Vec<u64>,
+    /// What a writer stopped mid-write left at the ends of files, never read as data; by
+    /// part number (pieces whose part is not known last).
+    pub torn: Vec<TornPiece>,
     pub frame_size: usize,
 }
 
@@ -241,11 +207,14 @@ pub struct ScanSummary {
     pub name: String,
     pub format: Format,
     pub disks: Vec<String>,
-    /// Bytes of frames over all parts.
+    /// Bytes of whole frames over all parts.
     pub bytes: u64,
-    /// Parts (vbs chunks, mk6 blocks; 1 for a file).
+    /// Parts holding whole frames (vbs chunks, mk6 blocks; 1 for a file).
     pub chunks: usize,
     pub missing: Vec<u64>,
+    /// Bytes of the torn pieces: on disk, not whole frames, never read.
+    pub torn_bytes: u64,
+    pub torn: Vec<TornPiece>,
     pub frame_size: usize,
     /// The first frame of the first part and the last frame of the last part.
     pub first: Option<Stamp>,
@@ -369,13 +338,67 @@ fn formats_on(disk: &Path, scan: &str) -> Result<Vec<Format>, ScanError> {
     Ok(f)
 }
 
-/// The blocks of one Mark6 file as parts (number = blocknum, the payload's range), and the
-/// frame size its header gives.
-fn mk6_blocks(path: &Path) -> Result<(Vec<Part>, usize), ScanError> {
+/// A part as found on disk, before it is read as whole frames: `part.bytes` is what the file
+/// holds of it.
+struct Found {
+    part: Part,
+    /// A Mark6 block: where its header lies, and the bytes of frames the header claims.
+    block: Option<(u64, u64)>,
+}
+
+/// A torn piece whose VDIF times and description `locate` adds once the parts are known.
+fn torn_piece(
+    path: &Path,
+    part: Option<u64>,
+    kind: TornKind,
+    offset: u64,
+    bytes: u64,
+    frames: u64,
+) -> TornPiece {
+    TornPiece {
+        path: path.to_path_buf(),
+        part,
+        kind,
+        offset,
+        bytes,
+        frames,
+        after: None,
+        before: None,
+        description: String::new(),
+    }
+}
+
+/// What one Mark6 file holds.
+struct Mk6File {
+    blocks: Vec<Found>,
+    /// What lies after the last block header that is whole (part of a block header), or the
+    /// whole file when even its file header is cut short.
+    torn: Option<TornPiece>,
+    /// The frame size its header gives (None: the header is torn).
+    frame_size: Option<usize>,
+}
+
+/// The blocks of one Mark6 file (number = blocknum, the payload's range as far as the file
+/// holds it), and the frame size its header gives.
+fn mk6_file(path: &Path) -> Result<Mk6File, ScanError> {
     let file = File::open(path).map_err(ScanError::io(path))?;
     let len = file.metadata().map_err(ScanError::io(path))?.len();
     let mut head = [0u8; layout::MK6_FILE_HEADER_BYTES];
     let got = read_up_to(&file, 0, &mut head).map_err(ScanError::io(path))?;
+    let sync = layout::MK6_SYNC.to_le_bytes();
+    let n = got.min(sync.len());
+    if got < layout::MK6_FILE_HEADER_BYTES && head[..n] == sync[..n] {
+        // Created, and stopped before its header was written whole: nothing of the scan in it.
+        let kind = match got {
+            0 => TornKind::Empty,
+            _ => TornKind::PartialFileHeader,
+        };
+        return Ok(Mk6File {
+            blocks: Vec::new(),
+            torn: Some(torn_piece(path, None, kind, 0, len, 0)),
+            frame_size: None,
+        });
+    }
     let header = Mk6FileHeader::parse(&head[..got]).map_err(|source| ScanError::Mk6Header {
         path: path.to_path_buf(),
         source,
@@ -387,15 +410,22 @@ fn mk6_blocks(path: &Path) -> Result<(Vec<Part>, usize), ScanError> {
         });
     }
     let mut blocks = Vec::new();
+    let mut torn = None;
     let mut at = layout::MK6_FILE_HEADER_BYTES as u64;
+    const BLOCK_HEADER: u64 = layout::MK6_BLOCK_HEADER_BYTES as u64;
     while at < len {
         let left = len - at;
-        if left < layout::MK6_BLOCK_HEADER_BYTES as u64 {
-            return Err(ScanError::Mk6ShortBlockHeader {
-                path: path.to_path_buf(),
-                offset: at,
-                bytes: left,
-            });
+        if left < BLOCK_HEADER {
+            // A block header is written in one piece: part of one is where a writer stopped.
+            torn = Some(torn_piece(
+                path,
+                None,
+                TornKind::PartialBlockHeader,
+                at,
+                left,
+                0,
+            ));
+            break;
         }
         let mut b = [0u8; layout::MK6_BLOCK_HEADER_BYTES];
         file.read_exact_at(&mut b, at)
@@ -405,24 +435,25 @@ fn mk6_blocks(path: &Path) -> Result<(Vec<Part>, usize), ScanError> {
             offset: at,
             source,
         })?;
-        if block.wb_size as u64 > left {
-            return Err(ScanError::Mk6PastEnd {
+        // A block running past the file's end can only be its last: `locate` reads the
+        // frames the file does hold.
+        let claimed = block.payload() as u64;
+        blocks.push(Found {
+            part: Part {
+                number: block.blocknum as u64,
                 path: path.to_path_buf(),
-                blocknum: block.blocknum,
-                offset: at,
-                wb_size: block.wb_size,
-                file_bytes: len,
-            });
-        }
-        blocks.push(Part {
-            number: block.blocknum as u64,
-            path: path.to_path_buf(),
-            offset: at + layout::MK6_BLOCK_HEADER_BYTES as u64,
-            bytes: block.payload() as u64,
+                offset: at + BLOCK_HEADER,
+                bytes: claimed.min(left - BLOCK_HEADER),
+            },
+            block: Some((at, claimed)),
         });
         at += block.wb_size as u64;
     }
-    Ok((blocks, header.packet_size as usize))
+    Ok(Mk6File {
+        blocks,
+        torn,
+        frame_size: Some(header.packet_size as usize),
+    })
 }
 
 /// Reads into `buf` from `offset` until it is full or the file ends; the bytes read.
@@ -496,52 +527,63 @@ impl ScanLayout {
                 })
             }
         };
-        let mut raw: Vec<Part> = Vec::new();
+        let mut found: Vec<Found> = Vec::new();
+        let mut torn: Vec<(TornPiece, Option<u64>)> = Vec::new();
         let mut frame_size_of_mk6: Vec<(PathBuf, usize)> = Vec::new();
         for d in disks {
             match format {
                 Format::File | Format::Vbs => {
-                    let found = match format {
+                    let parts = match format {
                         Format::File => file_parts(d, name)?,
                         _ => vbs_chunks(d, name)?,
                     };
-                    for (number, path) in found {
+                    for (number, path) in parts {
                         let bytes = path.metadata().map_err(ScanError::io(&path))?.len();
-                        raw.push(Part {
-                            number,
-                            path,
-                            offset: 0,
-                            bytes,
+                        found.push(Found {
+                            part: Part {
+                                number,
+                                path,
+                                offset: 0,
+                                bytes,
+                            },
+                            block: None,
                         });
                     }
                 }
                 Format::Mk6 => {
                     let p = layout::mk6_path(d, name);
                     if is_file(&p) {
-                        let (blocks, fs) = mk6_blocks(&p)?;
-                        frame_size_of_mk6.push((p.clone(), fs));
-                        raw.extend(blocks);
+                        let file = mk6_file(&p)?;
+                        if let Some(fs) = file.frame_size {
+                            frame_size_of_mk6.push((p.clone(), fs));
+                        }
+                        found.extend(file.blocks);
+                        torn.extend(file.torn.map(|t| (t, None)));
                     }
                 }
             }
         }
         let what = part_word(format);
         // Stable: within a file, parts keep their order, so a duplicate names the earlier first.
-        raw.sort_by_key(|p| p.number);
-        if let Some(w) = raw.windows(2).find(|w| w[0].number == w[1].number) {
+        found.sort_by_key(|f| f.part.number);
+        if let Some(w) = found
+            .windows(2)
+            .find(|w| w[0].part.number == w[1].part.number)
+        {
             return Err(ScanError::Duplicate {
                 name: name.into(),
                 what,
-                number: w[0].number,
-                first: w[0].path.clone(),
-                second: w[1].path.clone(),
+                number: w[0].part.number,
+                first: w[0].part.path.clone(),
+                second: w[1].part.path.clone(),
             });
         }
+        // A part left with no whole frame by a torn write is there all the same: no gap.
         let mut missing = Vec::new();
         let mut expect = 0;
-        for p in &raw {
-            missing.extend(expect..p.number);
-            expect = p.number + 1;
+        for f in &found {
+            missing.extend(expect..f.part.number);
+            expect = f.part.number + 1;
         }
         // Parts after the last one found are missing too when the recorder's summary beside
         // the scan says it wrote more (a disk not given that held the last chunks).
@@ -549,13 +591,14 @@ impl ScanLayout {
             missing.extend(expect..n);
         }
         let mut heads = Heads::default();
-        let frame_size = match raw.first() {
-            Some(p) => part_header(&mut heads, p, what)?.frame_size(),
-            // A Mark6 scan whose files hold no block yet: nothing to read, but found.
+        let frame_size = match first_frame_size(&mut heads, &found)? {
+            Some(fs) => fs,
+            // No part holds a whole frame (a Mark6 scan whose files hold no block yet, or
+            // only torn ones): nothing to read, but found.
             None => frame_size_of_mk6.first().map_or(0, |(_, fs)| *fs),
         };
         for (path, fs) in &frame_size_of_mk6 {
-            if !raw.is_empty() && *fs != frame_size {
+            if !found.is_empty() && *fs != frame_size {
                 return Err(ScanError::FrameSize {
                     path: path.clone(),
                     what: "Mark6 file header (packet_size) of",
@@ -565,18 +608,49 @@ impl ScanLayout {
                 });
             }
         }
-        for p in &raw {
-            if p.bytes == 0 || p.bytes % frame_size as u64 != 0 {
-                return Err(ScanError::NotWholeFrames {
-                    path: p.path.clone(),
-                    what,
-                    number: p.number,
-                    offset: p.offset,
-                    bytes: p.bytes,
-                    frame_size,
-                });
+        let mut parts = Vec::new();
+        for Found { part: p, block } in found {
+            let (whole, rest) = whole_frames(p.bytes, frame_size);
+            let frames = whole / frame_size.max(1) as u64;
+            let tear = |kind, offset, bytes| {
+                torn_piece(&p.path, Some(p.number), kind, offset, bytes, frames)
+            };
+            let piece = match block {
+                Some((header_at, claimed)) => {
+                    // The header's size is the writer's intent: frames, or it is broken.
+                    if frame_size == 0 || claimed % frame_size as u64 != 0 {
+                        return Err(ScanError::NotWholeFrames {
+                            path: p.path.clone(),
+                            what,
+                            number: p.number,
+                            offset: p.offset,
+                            bytes: claimed,
+                            frame_size,
+                        });
+                    }
+                    if claimed == p.bytes {
+                        None
+                    } else if whole > 0 {
+                        let t = tear(TornKind::BlockPastEnd, p.offset + whole, rest);
+                        Some((t, Some(claimed + layout::MK6_BLOCK_HEADER_BYTES as u64)))
+                    } else {
+                        // Nothing of it to keep: torn from its header on.
+                        let header = layout::MK6_BLOCK_HEADER_BYTES as u64;
+                        let t = tear(TornKind::BlockPastEnd, header_at, header + p.bytes);
+                        Some((t, Some(claimed + header)))
+                    }
+                }
+                None if p.bytes == 0 => Some((tear(TornKind::Empty, 0, 0), None)),
+                None if rest > 0 => {
+                    Some((tear(TornKind::PartialFrame, p.offset + whole, rest), None))
+                }
+                None => None,
+            };
+            torn.extend(piece);
+            if whole == 0 {
+                continue;
             }
-            let found = part_header(&mut heads, p, what)?.frame_size();
+            let found = part_header(&mut heads, &p, what)?.frame_size();
             if found != frame_size {
                 return Err(ScanError::FrameSize {
                     path: p.path.clone(),
@@ -586,10 +660,33 @@ impl ScanLayout {
                     expected: frame_size,
                 });
             }
+            parts.push(Part { bytes: whole, ..p });
         }
-        let holding: BTreeSet<&Path> = raw
+        torn.sort_by(|a, b| {
+            let key = |t: &TornPiece| (t.part.is_none(), t.part, t.path.clone());
+            key(&a.0).cmp(&key(&b.0))
+        });
+        let mut pieces = Vec::new();
+        for (mut t, claimed) in torn {
+            if let Some(n) = t.part {
+                // The frames on either side: of the same part where it kept any.
+                let prev = parts.iter().rev().find(|p| p.number <= n);
+                let next = parts.iter().find(|p| p.number > n);
+                t.after = prev
+                    .map(|p| last_header(&mut heads, p, frame_size, what).map(|h| Stamp::of(&h)))
+                    .transpose()?;
+                t.before = next
+                    .map(|p| part_header(&mut heads, p, what).map(|h| Stamp::of(&h)))
+                    .transpose()?;
+            }
+            t.describe(what, claimed);
+            pieces.push(t);
+        }
+        let holding: BTreeSet<&Path> = parts
             .iter()
-            .filter_map(|p| disks.iter().find(|d| p.path.starts_with(d)))
+            .map(|p| p.path.as_path())
+            .chain(pieces.iter().map(|t| t.path.as_path()))
+            .filter_map(|path| disks.iter().find(|d| path.starts_with(d)))
             .map(|d| d.as_path())
             .collect();
         Ok(ScanLayout {
@@ -600,10 +697,16 @@ impl ScanLayout {
                 .filter(|d| holding.contains(d.as_path()))
                 .cloned()
                 .collect(),
-            parts: raw,
+            parts,
             missing,
+            torn: pieces,
             frame_size,
         })
+    }
+
+    /// Bytes of the torn pieces (never read).
+    pub fn torn_bytes(&self) -> u64 {
+        self.torn.iter().map(|t| t.bytes).sum()
     }
 
     /// Bytes of frames over all parts.
@@ -760,12 +863,30 @@ impl ScanLayout {
             bytes: self.bytes(),
             chunks: self.parts.len(),
             missing: self.missing.clone(),
+            torn_bytes: self.torn_bytes(),
+            torn: self.torn.clone(),
             frame_size: self.frame_size,
             first,
             last,
             error: None,
         })
     }
+}
+
+/// The scan's frame size: that of the first part, in number order, holding a whole frame by
+/// its own header (a part torn before its first frame ended may come first). None: no part
+/// does.
+fn first_frame_size(heads: &mut Heads, found: &[Found]) -> Result<Option<usize>, ScanError> {
+    for f in found {
+        let Ok(h) = heads.header(&f.part.path, f.part.offset)? else {
+            continue;
+        };
+        let fs = h.frame_size();
+        if fs > h.header_size() && fs as u64 <= f.part.bytes {
+            return Ok(Some(fs));
+        }
+    }
+    Ok(None)
 }
 
 fn part_header(heads: &mut Heads, p: &Part, what: &'static str) -> Result<Header, ScanError> {
@@ -799,21 +920,19 @@ fn last_header(
 }
 
 /// Opens scan `name` for reading samples, refusing one with a gap (the error names the
-/// missing parts, the time they leave out and what to do).
+/// missing parts, the time they leave out and what to do); read to the last whole frame of
+/// each part, with the torn pieces left out.
 pub fn open_scan(
     name: &str,
     disks: &[PathBuf],
     format: Option<Format>,
     sample_rate: Option<f64>,
-) -> Result<VdifFile, ScanError> {
+) -> Result<(VdifFile, Vec<TornPiece>), ScanError> {
     let scan = ScanLayout::locate(name, disks, format)?;
     scan.require_complete()?;
     let frames = scan.map()?;
-    Ok(VdifFile::from_frames(
-        PathBuf::from(scan.label()),
-        frames,
-        sample_rate,
-    )?)
+    let file = VdifFile::from_frames(PathBuf::from(scan.label()), frames, sample_rate)?;
+    Ok((file, scan.torn))
 }
 
 /// Every scan on `disks`, by name then format. A scan that cannot be read as it is is listed
@@ -865,6 +984,8 @@ pub fn find_scans(disks: &[PathBuf]) -> Result<Vec<ScanSummary>, ScanError> {
                 bytes: 0,
                 chunks: 0,
                 missing: Vec::new(),
+                torn_bytes: 0,
+                torn: Vec::new(),
                 frame_size: 0,
                 first: None,
                 last: None,
@@ -1053,7 +1174,8 @@ mod tests {
         let (first, last) = (first.unwrap(), last.unwrap());
         assert_eq!((first.seconds, first.frame, first.thread), (1000, 0, 0));
         assert_eq!((last.seconds, last.frame, last.thread), (1003, 49, 1));
-        let f = open_scan("s1", &d.disks, None, None).unwrap();
+        let (f, torn) = open_scan("s1", &d.disks, None, None).unwrap();
+        assert!(torn.is_empty());
         assert_eq!(f.info().n_frames, 400);
         assert_eq!(f.info().thread_ids, vec![0, 1]);
         assert_eq!(f.info().frame_rate, 50.0);
@@ -1107,22 +1229,204 @@ mod tests {
         assert_eq!(gathered(&s), rest);
     }
 
+    /// The stamp of frame `k` of `stream()`: (second, frame, thread).
+    fn at(k: u64) -> (u32, u32, u32) {
+        (
+            1000 + (k / 2 / 50) as u32,
+            (k / 2 % 50) as u32,
+            (k % 2) as u32,
+        )
+    }
+
+    fn stamp(s: &Option<Stamp>) -> Option<(u32, u32, u32)> {
+        s.as_ref().map(|s| (s.seconds, s.frame, s.thread))
+    }
+
+    #[test]
+    fn torn_vbs_chunks_are_read_to_their_last_whole_frame() {
+        let d = Disks::new("tornvbs");
+        let data = stream();
+        write_vbs(&d, &data);
+        // Three writers stopped in chunks 3, 4 and 5 (frames 201.., 300.., 350..): chunk 3
+        // with 60 whole frames and 100 bytes, chunk 4 created and empty, chunk 5 with 7 and 1.
+        let chunk = |n: u64| layout::vbs_chunk_path(&d.disks[(n as usize * 2) % 3], "s1", n);
+        std::fs::write(chunk(3), &data[201 * FS..261 * FS + 100]).unwrap();
+        std::fs::write(chunk(4), b"").unwrap();
+        std::fs::write(chunk(5), &data[350 * FS..357 * FS + 1]).unwrap();
+        let s = ScanLayout::locate("s1", &d.disks, None).unwrap();
+        let numbers: Vec<u64> = s.parts.iter().map(|p| p.number).collect();
+        assert_eq!(numbers, [0, 1, 2, 3, 5]);
+        assert_eq!(s.missing, Vec::<u64>::new());
+        let torn: Vec<_> = s
+            .torn
+            .iter()
+            .map(|t| (t.part, t.kind, t.offset, t.bytes, t.frames))
+            .collect();
+        assert_eq!(
+            torn,
+            [
+                (Some(3), TornKind::PartialFrame, 60 * FS as u64, 100, 60),
+                (Some(4), TornKind::Empty, 0, 0, 0),
+                (Some(5), TornKind::PartialFrame, 7 * FS as u64, 1, 7),
+            ]
+        );
+        assert_eq!(s.torn_bytes(), 101);
+        // The time each leaves out: from the last whole frame before it to the next part's.
+        assert_eq!(stamp(&s.torn[0].after), Some(at(260)));
+        assert_eq!(stamp(&s.torn[0].before), Some(at(350)));
+        assert_eq!(stamp(&s.torn[1].after), Some(at(260)));
+        assert_eq!(stamp(&s.torn[2].after), Some(at(356)));
+        assert_eq!(s.torn[2].before, None);
+        let text = &s.torn[0].description;
+        assert!(
+            text.starts_with(&format!(
+                "chunk 3 of {}: 100 bytes from byte 63,360 are part of a frame, after 60 whole \
+                 frames",
+                chunk(3).display()
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("no frames after VDIF epoch 53 second 1002 frame 30 thread 0 (")
+                && text.contains("until VDIF epoch 53 second 1003 frame 25 thread 0 ("),
+            "{text}"
+        );
+        assert!(s.torn[1]
+            .description
+            .contains("is empty: created, nothing written"));
+        assert!(s.torn[2]
+            .description
+            .contains("the scan ends with VDIF epoch 53 second 1003 frame 28 thread 0"));
+        let mut want = data[..261 * FS].to_vec();
+        want.extend(&data[350 * FS..357 * FS]);
+        assert_eq!(gathered(&s), want);
+        assert_eq!(s.map().unwrap().n_frames(), 268);
+        let (f, torn) = open_scan("s1", &d.disks, None, None).unwrap();
+        assert_eq!((f.info().n_frames, torn.len()), (268, 3));
+        let listed = &find_scans(&d.disks).unwrap()[0];
+        assert_eq!(
+            (listed.chunks, listed.bytes, listed.torn_bytes),
+            (5, 268 * FS as u64, 101)
+        );
+        assert_eq!(stamp(&listed.last), Some(at(356)));
+        assert_eq!(listed.error, None);
+    }
+
+    #[test]
+    fn torn_files_and_mark6_blocks_are_read_to_their_last_whole_frame() {
+        let d = Disks::new("tornfile");
+        let data = stream();
+        std::fs::write(layout::file_path(&d.disks[1], "f"), &data[..100 * FS + 7]).unwrap();
+        let s = ScanLayout::locate("f", &d.disks, None).unwrap();
+        assert_eq!((s.bytes(), s.torn_bytes()), (100 * FS as u64, 7));
+        assert_eq!(s.torn[0].kind, TornKind::PartialFrame);
+        assert_eq!(s.torn[0].part, Some(0));
+
+        let d = Disks::new("tornmk6");
+        let paths = write_mk6(&d, &data);
+        // Disk 2 holds block 2 alone (frames 137..201): its last 10 bytes cut. Disk 1 (blocks
+        // 0 and 4) ends with 3 bytes of a block header.
+        let len = std::fs::metadata(&paths[2]).unwrap().len();
+        std::fs::File::options()
+            .write(true)
+            .open(&paths[2])
+            .unwrap()
+            .set_len(len - 10)
+            .unwrap();
+        let end1 = std::fs::metadata(&paths[1]).unwrap().len();
+        std::fs::File::options()
+            .append(true)
+            .open(&paths[1])
+            .unwrap()
+            .write_all(&[5, 0, 0])
+            .unwrap();
+        let s = ScanLayout::locate("s1", &d.disks, None).unwrap();
+        let torn: Vec<_> = s
+            .torn
+            .iter()
+            .map(|t| (t.path.clone(), t.part, t.kind, t.offset, t.bytes, t.frames))
+            .collect();
+        assert_eq!(
+            torn,
+            [
+                (
+                    paths[2].clone(),
+                    Some(2),
+                    TornKind::BlockPastEnd,
+                    (20 + 8 + 63 * FS) as u64,
+                    FS as u64 - 10,
+                    63
+                ),
+                (
+                    paths[1].clone(),
+                    None,
+                    TornKind::PartialBlockHeader,
+                    end1,
+                    3,
+                    0
+                ),
+            ]
+        );
+        assert!(s.torn[0]
+            .description
+            .contains("its header claims 67,592 bytes"));
+        assert_eq!(stamp(&s.torn[0].before), Some(at(201)));
+        let mut want = data[..200 * FS].to_vec();
+        want.extend(&data[201 * FS..]);
+        assert_eq!(gathered(&s), want);
+        // Cut to 5 bytes of its frames, block 2 holds no whole frame: torn from its header on,
+        // present (no gap), nothing read.
+        std::fs::File::options()
+            .write(true)
+            .open(&paths[2])
+            .unwrap()
+            .set_len(20 + 8 + 5)
+            .unwrap();
+        let s = ScanLayout::locate("s1", &d.disks, None).unwrap();
+        assert_eq!(
+            (s.torn[0].offset, s.torn[0].bytes, s.torn[0].frames),
+            (20, 13, 0)
+        );
+        assert_eq!(s.missing, Vec::<u64>::new());
+        assert_eq!(s.parts.len(), 5);
+        // An empty Mark6 file beside them (created, nothing written) is torn, not broken.
+        let d3 = d.root.join("m3");
+        std::fs::create_dir_all(&d3).unwrap();
+        std::fs::write(layout::mk6_path(&d3, "s1"), b"").unwrap();
+        let mut four = d.disks.clone();
+        four.push(d3.clone());
+        let s = ScanLayout::locate("s1", &four, Some(Format::Mk6)).unwrap();
+        assert_eq!(s.torn.last().unwrap().kind, TornKind::Empty);
+        assert!(s.disks.contains(&d3));
+    }
+
     #[test]
     fn broken_layouts_are_named_errors() {
         let d = Disks::new("bad");
         let data = stream();
-        // A chunk that is not whole frames.
         write_vbs(&d, &data);
+        // Frames of another size in chunk 4: a broken chunk, whatever its end.
+        let other = SignalSpec {
+            frame_size: 32 + 512,
+            fps: 100,
+            nchan: 2,
+            bits: 2,
+            ..Default::default()
+        };
+        let mut small = Vec::new();
+        write_frames(&other, 10, &mut small, "memory").unwrap();
         let p = layout::vbs_chunk_path(&d.disks[2], "s1", 4);
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&p)
-            .unwrap()
-            .write_all(&[0; 5])
-            .unwrap();
+        std::fs::write(&p, &small).unwrap();
         let e = ScanLayout::locate("s1", &d.disks, None).unwrap_err();
         assert!(
-            matches!(e, ScanError::NotWholeFrames { number: 4, .. }),
+            matches!(
+                e,
+                ScanError::FrameSize {
+                    number: 4,
+                    found: 544,
+                    ..
+                }
+            ),
             "{e}"
         );
         // The same chunk on two disks.
@@ -1134,19 +1438,19 @@ mod tests {
 
         let d = Disks::new("badmk6");
         let paths = write_mk6(&d, &data);
-        // A block running past the end of its file.
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&paths[2])
-            .unwrap();
-        let len = f.metadata().unwrap().len();
-        f.set_len(len - 10).unwrap();
+        // A block inside its file (block 1, first on disk 0) that is not whole frames: no
+        // writer stopped there, the file is broken.
+        let mut bytes = std::fs::read(&paths[0]).unwrap();
+        let payload = 100 * FS;
+        bytes.drain(20 + 8 + payload - 10..20 + 8 + payload);
+        bytes[24..28].copy_from_slice(&((8 + payload - 10) as i32).to_le_bytes());
+        std::fs::write(&paths[0], &bytes).unwrap();
         let e = ScanLayout::locate("s1", &d.disks, None).unwrap_err();
         assert!(
-            matches!(e, ScanError::Mk6PastEnd { blocknum: 2, .. }),
+            matches!(e, ScanError::NotWholeFrames { number: 1, .. }),
             "{e}"
         );
-        assert!(e.to_string().contains(&paths[2].display().to_string()));
+        assert!(e.to_string().contains(&paths[0].display().to_string()));
         // A bad sync word.
         let mut bytes = std::fs::read(&paths[0]).unwrap();
         bytes[0] = 0;

@@ -38,7 +38,9 @@ def check(
     disks : str, os.PathLike or list of them, optional
         Check the scan ``path`` on these directories (or globs), its parts in order as one
         stream: a missing part shows as the frames it held counted lost, and under ``scan``
-        (``missing`` part numbers, ``gaps`` with the frames on either side).
+        (``missing`` part numbers, ``gaps`` with the frames on either side); what a recorder
+        stopped mid-write left torn at the ends of files is read to the last whole frame and
+        listed under ``scan`` (``torn``, ``torn_bytes``). Either makes the scan not ``clean``.
     format : {"file", "vbs", "mk6"}, optional
         The scan's layout; detected by default.
 

@@ -167,6 +167,12 @@ def print_check_report(r: dict[str, Any], every_second: bool = False) -> None:
         print(f"corrupt      ... {r['corrupt_stretches'] - len(r['corrupt'])} more stretches not listed")
     for g in scan["gaps"] if scan else []:
         print(f"missing      {g['description']}")
+    if scan and scan["torn"]:
+        n = len(scan["torn"])
+        print(f"torn         {n} piece{'' if n == 1 else 's'}, {scan['torn_bytes']:,} bytes left out (not whole frames; "
+              f"`vdifrec scans --repair` cuts them)")
+    for t in scan["torn"] if scan else []:
+        print(f"torn         {t['description']}")
     if r["trailing_bytes"]:
         print(f"trailing     {r['trailing_bytes']} bytes after the last whole frame")
     w = r["header_warnings"]

@@ -1,5 +1,6 @@
-"""`vdifrec scans` and `vdifrec gather`: the scans recorded over several disks, listed and
-gathered back into one file; and the `--disk` options `check` shares with them."""
+"""`vdifrec scans` and `vdifrec gather`: the scans recorded over several disks, listed (and one
+left torn by a recorder stopped mid-write repaired, `scans --repair`) and gathered back into one
+file; and the `--disk` options `check` shares with them."""
 
 from __future__ import annotations
 
@@ -9,16 +10,20 @@ import sys
 from typing import Any
 
 from .. import _core
-from ..scans import gather, scans
+from ..scans import gather, repair, scans
 from .args import OK, PROBLEMS, UsageError, add_disk_arguments, os_error, output, path
 
 def add_scans(sub: Any) -> None:
     p = sub.add_parser(
         "scans",
-        help="list the scans on a set of disks (name, format, size, chunks, time, missing)",
+        help="list the scans on a set of disks (name, format, size, chunks, time, missing, torn); repair a torn one",
         description="List every scan on the disks, in any layout (file, FlexBuff vbs, Mark6 mk6): its "
-        "size, parts (chunks or blocks), first and last frame time, and any part missing. Exit status 0 "
-        "when every scan is whole, 1 when a part is missing or a scan cannot be read, 2 on usage errors.",
+        "size and parts (chunks or blocks) of whole frames, first and last frame time, any part missing, "
+        "and what a recorder stopped mid-write left torn at the ends of files (never read). With --repair "
+        "SCAN, cut that scan's torn pieces back to whole frames so that every reader, jive5ab's too, sees "
+        "a clean scan, and say what was cut. Exit status 0 when every scan is whole, 1 when a part is "
+        "missing, something is torn or a scan cannot be read (after --repair: when a part is missing), "
+        "2 on usage errors.",
     )
     p.add_argument(
         "--disk",
@@ -29,7 +34,12 @@ def add_scans(sub: Any) -> None:
         metavar="DIR",
         help="a directory (mount point) to look on; repeat it, or give a quoted glob such as '/mnt/disk*'",
     )
-    p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p.add_argument("--format", choices=["file", "vbs", "mk6"],
+                   help="list only the scans in this layout; with --repair, the scan's layout (default: detected)")
+    p.add_argument("--repair", metavar="SCAN", type=path,
+                   help="cut this scan's torn pieces back to whole frames (only once no recorder writes it); "
+                        "a second run cuts nothing")
+    p.add_argument("--json", action="store_true", help="print the list (or the repair's report) as JSON")
     p.set_defaults(func=_run_scans)
 
     p = sub.add_parser(
@@ -38,7 +48,8 @@ def add_scans(sub: Any) -> None:
         description="Write the frames of a scan (vbs chunks or Mark6 blocks, in number order) into one "
         "new file, as jive5ab's disk2file and DiFX's mk6gather do. A scan with a missing part is "
         "refused unless --allow-gaps; then what exists is written, what is missing is said, and the "
-        "exit status is 1.",
+        "exit status is 1. What a recorder stopped mid-write left torn at the ends of files is left "
+        "out (the whole frames before it are written) and said; it is no error.",
     )
     p.add_argument("scan", type=path, help="the scan's name")
     add_disk_arguments(p)
@@ -65,15 +76,62 @@ def _runs(numbers: list[int]) -> str:
 
 
 def _run_scans(a: argparse.Namespace) -> int:
+    if a.repair is not None:
+        return _run_repair(a)
     try:
         found = scans(a.disks)
     except OSError as exc:
         raise UsageError(os_error(exc)) from None
+    if a.format is not None:
+        found = [s for s in found if s["format"] == a.format]
     if a.json:
         print(json.dumps(found, indent=1))
     else:
         print_scans(found)
-    return PROBLEMS if any(s["missing"] or s["error"] for s in found) else OK
+    return PROBLEMS if any(s["missing"] or s["error"] or s["torn"] for s in found) else OK
+
+
+def _place(t: dict[str, Any], word: str) -> str:
+    """Where a torn piece is: `chunk 13 of /d1/s/s.00000013`, or the file alone."""
+    return t["path"] if t["part"] is None else f"{word} {t['part']} of {t['path']}"
+
+
+#: What a part is called in each layout, as the engine's messages call it.
+PART_WORD = {"file": "file", "vbs": "chunk", "mk6": "block"}
+
+
+def torn_line(pieces: list[dict[str, Any]], fmt: str) -> str:
+    """`1 piece, 4,076 bytes (chunk 13 of /d1/s/s.00000013)`."""
+    n = len(pieces)
+    places = ", ".join(_place(t, PART_WORD[fmt]) for t in pieces)
+    return f"{n} piece{'' if n == 1 else 's'}, {sum(t['bytes'] for t in pieces):,} bytes ({places})"
+
+
+def _run_repair(a: argparse.Namespace) -> int:
+    try:
+        r = repair(a.repair, a.disks, format=a.format)
+    except OSError as exc:
+        raise UsageError(os_error(exc)) from None
+    except _core.FormatError as exc:
+        print(f"vdifrec scans --repair: {exc}", file=sys.stderr)
+        return PROBLEMS
+    if a.json:
+        print(json.dumps(r, indent=1))
+    else:
+        label = f"{r['scan']} ({r['format']} on {', '.join(r['disks'])})"
+        if not r["cut"]:
+            print(f"repaired     {label}: nothing torn, nothing cut")
+        else:
+            n = len(r["cut"])
+            print(f"repaired     {label}: cut {n} torn piece{'' if n == 1 else 's'}, {r['bytes_cut']:,} bytes")
+        for c in r["cut"]:
+            print(f"cut          {_place(c, PART_WORD[r['format']])}: {c['bytes']:,} bytes from byte {c['offset']:,}, "
+                  f"{c['frames_kept']:,} whole frames kept: {c['action']}")
+        for note in r["notes"]:
+            print(f"note         {note}")
+        print(f"now          {r['bytes']:,} bytes of whole frames in {r['parts']} part(s)"
+              + (f", part(s) {_runs(r['missing'])} missing" if r["missing"] else ""))
+    return PROBLEMS if r["missing"] else OK
 
 
 def print_scans(found: list[dict[str, Any]]) -> None:
@@ -91,6 +149,8 @@ def print_scans(found: list[dict[str, Any]]) -> None:
             f"{s['name']:<{width}}  {s['format']:<6}  {_size(s['bytes']):>10}  {s['chunks']:>6}  "
             f"{first:<29}  {last:<29}  {missing}"
         )
+        if s["torn"]:
+            print(f"{'':<{width}}  torn: {torn_line(s['torn'], s['format'])}")
         if s["error"]:
             print(f"{'':<{width}}  error: {s['error']}")
 
@@ -109,6 +169,10 @@ def _run_gather(a: argparse.Namespace) -> int:
     print(f"wrote {r['out']}: {r['bytes']} bytes from {r['parts']} part(s) of scan {r['scan']} ({r['format']})")
     for g in r["gaps"]:
         print(f"missing      {g['description']}")
+    if r["torn"]:
+        print(f"left out     {r['torn_bytes']:,} torn bytes: {torn_line(r['torn'], r['format'])}")
+    for t in r["torn"]:
+        print(f"torn         {t['description']}")
     if not r["complete"]:
         print(f"incomplete   {r['out']} lacks the frames of part(s) {_runs(r['missing'])}")
         return PROBLEMS

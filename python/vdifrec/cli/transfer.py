@@ -139,6 +139,8 @@ def run_push(a: argparse.Namespace) -> int:
     else:
         for i in summary["items"]:
             print(_item_line(i))
+            for n in i["notes"]:
+                print(f"  note: {n}")
         for n in summary["notes"]:
             print(f"note: {n}")
         print(f"{len(summary['items'])} item(s), {_gb(summary['bytes'])}: {'all verified' if summary['ok'] else 'NOT ALL DONE'}; "

@@ -48,6 +48,8 @@ class _Part:
     start: _dt.datetime
     #: First sample on the absolute axis of `first_sample` (frame-exact).
     first: int
+    #: What its reader left out as torn (`Reader.torn`).
+    torn: list[dict[str, Any]]
 
 
 def _read(path: str, open_kwargs: dict[str, Any], start: int, count: int) -> npt.NDArray[Any]:
@@ -111,8 +113,10 @@ def open(  # noqa: A001 - as vdifrec.open
     -------
     dask.array.Array
         ``(time, thread, channel)`` with the same squeezing as ``read()``, ``float32`` (or
-        ``complex64``). Attributes ``vdif_time`` (UTC ``datetime`` of the first sample) and
-        ``sample_rate`` (Hz per channel).
+        ``complex64``). Attributes ``vdif_time`` (UTC ``datetime`` of the first sample),
+        ``sample_rate`` (Hz per channel) and ``torn`` (what the readers left out as torn, as
+        ``Reader.torn``: a scan a recorder stopped mid-write is read to the last whole frame of
+        each file).
     """
     names = _names(paths_or_scans)
     if not names:
@@ -132,7 +136,7 @@ def open(  # noqa: A001 - as vdifrec.open
                     f"paths_or_scans: {name} is not of the same stream as {names[0]} "
                     f"(sample shape, type, rate, samples per frame: {this} against {(shape, dtype, rate, spf)})"
                 )
-            parts.append(_Part(name, fh.shape[0], fh.start_time, first_sample(fh)))
+            parts.append(_Part(name, fh.shape[0], fh.start_time, first_sample(fh), fh.torn))
     if shape is None or dtype is None:
         raise ValueError("paths_or_scans: give at least one file or scan")
     parts.sort(key=lambda p: p.first)
@@ -156,6 +160,7 @@ def open(  # noqa: A001 - as vdifrec.open
         array = da.zeros((0, *shape), dtype=dtype)
     array.vdif_time = parts[0].start
     array.sample_rate = rate
+    array.torn = [t for p in parts for t in p.torn]
     return array
 
 
