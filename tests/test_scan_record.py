@@ -89,6 +89,12 @@ def mk6_blocks(ds: list[Path], scan: str) -> tuple[dict[int, bytes], list[tuple[
     return blocks, headers
 
 
+def assert_all_on_disk(s: vdifrec.ScanSummary) -> None:
+    """A scan that ended well says all it wrote is on disk (synced), up to its last frame."""
+    assert (s.durable_frames, s.durable_bytes) == (s.frames, s.bytes_written), s
+    assert s.durable_up_to == s.last_frame and s.durable_up_to is not None
+
+
 def record(tmp_path: Path, rec_kw: dict, send_kw: dict, scan: dict | None = None):
     """Starts a recorder on disks, starts a scan, sends, waits until every datagram is taken or
     dropped by the kernel (bounded), stops the scan and the recorder. The ring holds the whole
@@ -117,6 +123,8 @@ def test_vbs_scan_over_three_disks_is_what_was_sent(tmp_path: Path) -> None:
     assert name == "kvn_scan1" and s.name == "kvn_scan1" and s.format == "vbs"
     assert s.invariant_holds and run.invariant_holds and s.error is None
     assert s.frames == n and s.bytes_written == n * FS and s.bytes_dropped_disk == 0
+    # Three writers finish chunks out of order: at the end every one is on disk.
+    assert_all_on_disk(s)
     data = gather_vbs(ds, "kvn_scan1")
     recorded = frames_of(data)
     if d.kernel_drops == 0:
@@ -136,6 +144,7 @@ def test_vbs_scan_over_three_disks_is_what_was_sent(tmp_path: Path) -> None:
     for disk in ds:
         js = json.loads((disk / "kvn_scan1" / "kvn_scan1.summary.json").read_text())
         assert js["name"] == "kvn_scan1" and js["frames"] == n and js["bytes_written"] == n * FS
+        assert js["durable_bytes"] == n * FS and js["durable_up_to"] == s.last_frame
     assert run.scans[0].name == "kvn_scan1" and run.bytes_written == n * FS and run.bytes_outside_scans == 0
 
 
@@ -162,6 +171,8 @@ def test_mk6_scan_matches_the_reference_layout(tmp_path: Path) -> None:
     on_disk = sum((x / "kvn_scan1").stat().st_size for x in ds if (x / "kvn_scan1").exists())
     assert on_disk == s.bytes_written + s.bytes_headers == n * FS + 20 * len(headers) + 8 * len(blocks)
     assert s.invariant_holds and run.invariant_holds and s.bytes_dropped_disk == 0
+    # Each file synced now and then, and when it closed: all of it on disk.
+    assert_all_on_disk(s)
 
 
 @pytest.mark.slow
@@ -188,6 +199,7 @@ def test_a_vdif_time_window_holds_exactly_its_frames(tmp_path: Path, fmt: str) -
     assert s.frames == len(recorded) == 12_500 - len(missing)
     assert s.start is not None and s.start.startswith(f"{T0}.25")
     assert s.first_frame is not None and s.last_frame is not None
+    assert_all_on_disk(s)
     if not missing:
         assert data == window.tobytes()
         assert s.ok and s.frames_lost == 0
@@ -219,24 +231,34 @@ def test_frames_missing_at_the_window_edges_count_as_lost(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_a_disk_that_fails_mid_scan_loses_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", ["vbs", "mk6"])
+def test_a_disk_that_fails_mid_scan_loses_nothing(tmp_path: Path, fmt: str) -> None:
     ds = disks(tmp_path, 3)
     sent_file = tmp_path / "sent.vdif"
     _, s, run, d = record(
         tmp_path,
-        dict(disks=[str(x) for x in ds], chunk_size="1MiB", writers=2, disk_faults={str(ds[1]): "error@3MiB"}),
+        dict(disks=[str(x) for x in ds], format=fmt, chunk_size="1MiB", writers=2, disk_faults={str(ds[1]): "error@3MiB"}),
         dict(frames=15_000, fps=FPS, record_sent=sent_file, **START),
     )
     n = 15_000 - d.kernel_drops
     assert s.invariant_holds and s.bytes_dropped_disk == 0 and s.bytes_written == n * FS
-    data = gather_vbs(ds, "kvn_scan1")
+    if fmt == "vbs":
+        data = gather_vbs(ds, "kvn_scan1")
+    else:
+        blocks, _ = mk6_blocks(ds, "kvn_scan1")
+        assert sorted(blocks) == list(range(s.chunks))
+        data = b"".join(blocks[k] for k in sorted(blocks))
     assert len(left_out(frames_of(sent_file), frames_of(data))) == d.kernel_drops
+    # The chunk the disk failed went to another disk; those written before to the failed disk
+    # were written back without error, and its file's closing sync made them durable.
+    assert_all_on_disk(s)
     failed = s.disks[1]
     assert failed.dropped is not None and "Input/output error" in failed.dropped
     assert failed.bytes <= 3 << 20 and s.disks[0].dropped is None and s.disks[2].dropped is None
     assert any(str(ds[1]) in note and "left the set" in note for note in s.notes)
     # Nothing half-written stays on the failed disk.
-    assert all(p.stat().st_size % FS == 0 for p in (ds[1] / "kvn_scan1").glob("kvn_scan1.0*"))
+    if fmt == "vbs":
+        assert all(p.stat().st_size % FS == 0 for p in (ds[1] / "kvn_scan1").glob("kvn_scan1.0*"))
 
 
 @pytest.mark.slow
@@ -259,6 +281,12 @@ def test_when_every_disk_fills_the_scan_says_exactly_what_was_dropped(tmp_path: 
     on_disk = vbs_chunks(ds, "kvn_scan1")
     assert set(on_disk) <= set(range(s.chunks)) and len(on_disk) < s.chunks
     assert all(p.stat().st_size % FS == 0 for p in on_disk.values())
+    # What is known to be on disk is the chunks from 0 up to the first one dropped: a chunk
+    # after that gap is on disk, but the scan is not whole up to it.
+    gap = min(set(range(s.chunks)) - set(on_disk))
+    prefix = sum(on_disk[k].stat().st_size for k in range(gap))
+    assert s.durable_bytes == prefix == s.durable_frames * FS <= s.bytes_written
+    assert (s.durable_up_to is None) == (gap == 0) and not s.ok
 
 
 @pytest.mark.slow
@@ -330,6 +358,9 @@ def test_a_file_scan_rotates_by_size_and_reads_back_whole(tmp_path: Path) -> Non
     assert [f.path for f in s.files] == [str(parts[k]) for k in sorted(parts)]
     sizes = [parts[k].stat().st_size for k in sorted(parts)]
     assert all(x <= 3 << 20 and x % FS == 0 for x in sizes) and sum(sizes) == s.bytes_written
+    # Each part's chunks are on disk once the next part's first chunk closed it, the last
+    # part's when the scan closed.
+    assert_all_on_disk(s)
     data = b"".join(parts[k].read_bytes() for k in sorted(parts))
     sent_frames = frames_of(sent_file)
     missing = left_out(sent_frames, frames_of(data))
@@ -456,9 +487,15 @@ def test_split_by_thread_writes_one_exact_scan_per_thread(tmp_path: Path) -> Non
         assert (vdif_keys(data)[0] == int(x["key"])).all()
         lost += len(left_out(sent[thread == int(x["key"])], data))
         assert x["frames"] == len(data) and x["bytes_written"] == len(data) * FS
+        # Each data stream's chunks are numbered, and known on disk, on their own.
+        assert (x["durable_frames"], x["durable_bytes"]) == (x["frames"], x["bytes_written"])
+        assert x["durable_up_to"] is not None
         # Each data stream has its summary beside it.
         assert any((disk / x["name"] / f"{x['name']}.summary.json").exists() for disk in ds)
     assert lost == d.kernel_drops and s.invariant_holds and run.invariant_holds
+    # The scan is on disk up to where every data stream is.
+    assert (s.durable_frames, s.durable_bytes) == (s.frames, s.bytes_written)
+    assert s.durable_up_to == min(x["durable_up_to"] for x in s.data_streams)
     # A later scan of the same name gets the suffix: the data streams hold the name.
     with vdifrec.Recorder(port=0, ring="64MiB", frame_size=FS, disks=[str(x) for x in ds], split="thread") as rec:
         assert rec.start_scan("kvn_scan1") == "kvn_scan1a"

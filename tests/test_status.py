@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import vdifrec
-from conftest import FILL_SLACK, around, delivered, frames_of, left_out, loss_by_second, run_cli
+from conftest import FILL_SLACK, around, delivered, frames_of, left_out, loss_by_second, ring_holding, run_cli
 
 START = dict(ref_epoch=53, start_second=4000)
 
@@ -263,6 +263,57 @@ def test_status_names_the_scan_and_serves_the_fill_of_its_disks(tmp_path) -> Non
         assert summary.name == "kvn_scan1a" and summary.frames > 0
         # Closed (its tail on disk): no scan is named.
         assert status_of(rec)["scan"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["vbs", "mk6"])
+def test_what_of_a_running_scan_is_on_disk_grows_and_never_passes_what_was_written(tmp_path, fmt) -> None:
+    """`scan_durable` while a scan runs: it grows (chunk by chunk for vbs, file sync by file
+    sync, about once a second, for mk6), never says more than was written, and ends as the
+    summary's durable part, which is the whole scan."""
+    dirs = [str(tmp_path / "disk0"), str(tmp_path / "disk1")]
+    for d in dirs:
+        os.mkdir(d)
+    fps, frames = 2500, 12_500  # 5 s at 20 MB/s
+    with vdifrec.Recorder(port=0, ring=ring_holding(frames), frame_size=FS, fps=fps, disks=dirs, format=fmt,
+                          chunk_size="1MiB", status_listen="127.0.0.1:0") as rec:
+        assert rec.address is not None and rec.status_address is not None
+        url = "http://%s:%d" % rec.status_address
+        assert status_of(rec)["scan_durable"] is None
+        rec.start_scan("grows")
+        assert status_of(rec)["scan_durable"] == {"frames": 0, "bytes": 0, "up_to": None}
+        sender = vdifrec.Sender(rec.address, frames=frames, fps=fps, **START)
+        seen = []
+        while not sender.finished:
+            doc = status_of(rec)
+            durable, st = doc["scan_durable"], doc["stats"]
+            # One snapshot: the durable part never exceeds what was written, nor says other
+            # than the flat fields of the stats.
+            assert durable["bytes"] == durable["frames"] * FS <= st["bytes_written"], doc
+            assert (st["scan_durable_frames"], st["scan_durable_bytes"], st["scan_durable_up_to"]) == (
+                durable["frames"], durable["bytes"], durable["up_to"])
+            assert (durable["up_to"] is None) == (durable["frames"] == 0)
+            m = metrics_of(get(url + "/metrics")[2].decode())
+            assert m[("vdifrec_scan_durable_bytes", ())] <= m[("vdifrec_bytes_written_total", ())]
+            seen.append((durable["frames"], durable["up_to"] or ""))
+            time.sleep(0.2)
+        stats = rec.stats()
+        assert stats.scan_durable_bytes <= stats.bytes_written
+        sent = sender.wait(timeout=10)
+        assert sent is not None
+        delivered(rec.address, sent["frames_sent"], lambda: rec.stats().datagrams)
+        summary = rec.stop_scan()
+        assert status_of(rec)["scan_durable"] is None
+        assert rec.stats().scan_durable_up_to is None
+    # It only grows (the times are ISO, alike in form), and grew while the scan ran.
+    assert seen == sorted(seen), seen
+    grown = {f for f, _ in seen if f > 0}
+    assert len(grown) >= 2, seen
+    assert max(grown) <= summary.frames
+    # At the end, all of it: up to the last frame.
+    assert (summary.durable_frames, summary.durable_bytes) == (summary.frames, summary.bytes_written)
+    assert summary.durable_up_to == summary.last_frame and summary.frames > 0
+    assert all(up_to <= summary.durable_up_to for _, up_to in seen)
 
 
 def test_a_continuous_recording_serves_its_files_disk_and_no_scan(tmp_path, monkeypatch) -> None:

@@ -185,8 +185,17 @@ def test_a_field_system_session_records_three_exact_scans(serve: Serve, tmp_path
         assert int(state.fields[3]) == (n - dropped) * FS
         ev = serve.one("evlbi?")
         assert ev.fields[:3] == ("total", str(n - dropped), "loss")
+        # How much of the running scan is on disk: never more than it holds, its time as
+        # jive5ab writes times (second 2000 + 10k of epoch 53 is 00:33:20 + 10k s on day 182).
+        st = serve.stats()
+        assert 0 <= int(st["scan_durable_frames"]) <= n - dropped
+        assert int(st["scan_durable_bytes"]) == int(st["scan_durable_frames"]) * FS
+        up_to = st["scan_durable_up_to"]
+        assert (up_to == "None") == (st["scan_durable_frames"] == "0"), st
+        assert up_to == "None" or re.fullmatch(rf"2026y182d00h33m{20 + 10 * k}\.[0-9]{{4}}s", up_to), up_to
         assert serve.one("record=off").code == Code.STARTED
         serve.wait_off()
+        assert serve.stats()["scan_durable_up_to"] == "None"
         data = vbs_scan(serve.disks, name)
         missing = left_out(frames_of(sent_file), frames_of(data))
         assert len(missing) == dropped

@@ -58,10 +58,10 @@ class RemoteStatus:
             raise ConnectionError(f"no status from {self.url}{path}: {exc or type(exc).__name__}") from None
 
     def status(self) -> dict[str, Any]:
-        """The whole ``/status`` document: state, the scan being written (``scan``) and its disks
-        (``scan_disks``), how full the disks are (``disk_fill``, ``disks``), start time, VDIF
-        time, current file, ring fill, rates, the last completed second and every counter
-        (``stats``)."""
+        """The whole ``/status`` document: state, the scan being written (``scan``), its disks
+        (``scan_disks``) and how much of it is known to be on disk (``scan_durable``), how full
+        the disks are (``disk_fill``, ``disks``), start time, VDIF time, current file, ring
+        fill, rates, the last completed second and every counter (``stats``)."""
         try:
             doc = json.loads(self._get("/status"))
         except ValueError:

@@ -149,6 +149,14 @@ class Stats(_Record):
     capture_cpu_s: float
     capture_setup_cpu_s: float
     error: str | None
+    scan_durable_frames: int = 0
+    """Frames of the running scan known to be on disk (synced), from its start without a gap:
+    what a crash now would leave of it; 0 between scans."""
+    scan_durable_bytes: int = 0
+    """The bytes of those frames; 0 between scans."""
+    scan_durable_up_to: str | None = None
+    """The VDIF time of the last of them (ISO UTC); None between scans and while nothing of the
+    scan is on disk."""
     streams: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     """Each stream (``port``, ``frames_received``, ``frames_lost``, ``datagrams``,
     ``datagrams_malformed``, ``kernel_drops``, ``ring_overflows``, ``ring_fill``); the counters
@@ -176,7 +184,8 @@ class ScanSummary(_Record):
     missing between ``start`` and each thread's first frame and between its last frame and
     ``stop`` (``frames_lost_at_edges``). ``bytes_buffered == bytes_written + bytes_dropped_disk``
     and the files' sizes add up to ``bytes_written + bytes_headers`` (``invariant_holds``).
-    ``ok``: every frame of the window was received and written.
+    ``ok``: every frame of the window was received and written, and is known to be on disk
+    (``durable_bytes == bytes_written``).
     """
 
     name: str
@@ -194,8 +203,9 @@ class ScanSummary(_Record):
     ``chunk_size``); None: one file."""
     chunks: int
     data_streams: list[dict[str, Any]]
-    """Each data stream (``name``, ``key``, ``frames``, ``chunks``, ``bytes_written``): one per
-    thread or station of a split scan, else the scan itself."""
+    """Each data stream (``name``, ``key``, ``frames``, ``chunks``, ``bytes_written``,
+    ``durable_frames``, ``durable_bytes``, ``durable_up_to``): one per thread or station of a
+    split scan, else the scan itself."""
     writers: int
     frames_lost: int
     frames_out_of_order: int
@@ -220,6 +230,14 @@ class ScanSummary(_Record):
     threads: list[dict[str, Any]]
     notes: list[str]
     ok: bool
+    durable_frames: int = 0
+    """The frames known to be on disk (synced) when the scan ended, from its start without a
+    gap: all of them for a scan whose files all closed well (``ok`` asks for it)."""
+    durable_bytes: int = 0
+    """The bytes of those frames: ``bytes_written`` when all is on disk."""
+    durable_up_to: str | None = None
+    """The VDIF time of the last of them (ISO UTC; ``last_frame`` when all is on disk; with a
+    split, the earliest of the data streams'); None when nothing is."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ScanSummary:

@@ -238,18 +238,62 @@ pub fn write_back(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Gives back what was preallocated past `size`, the bytes written. Never makes the file
+/// longer: zeros past what was written would read as frames after a crash, so a file shorter
+/// than `size` (which cannot happen) is left as it is.
+pub fn trim(file: &File, size: u64) {
+    let fd = file.as_raw_fd();
+    // SAFETY: fstat and ftruncate on our own descriptor, into a zeroed stat.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) == 0 && (st.st_size as u64) < size {
+            return;
+        }
+        libc::ftruncate(fd, size as libc::off_t);
+    }
+}
+
+/// Syncs the file's data and what reading it back needs (its size): after a power loss, what
+/// was written before is there.
+pub fn sync(file: &File) -> std::io::Result<()> {
+    // SAFETY: fdatasync on our own descriptor.
+    if unsafe { libc::fdatasync(file.as_raw_fd()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Syncs a directory: the names created in it are there after a power loss (a new file's
+/// own sync does not promise its name).
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Writes `path` whole or not at all, and durably: a temporary file beside it (`.part` added,
+/// a name no reader takes for a scan's), synced, renamed over it, its directory synced. A
+/// crash leaves the file as it was before, or as it is now, never a part of it.
+pub fn write_whole(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".part");
+    let tmp = std::path::PathBuf::from(name);
+    let written = (|| {
+        let file = File::create(&tmp)?;
+        std::io::Write::write_all(&mut &file, data)?;
+        sync(&file)?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
 /// Trims the file to `size` (what was written; the preallocation past it is given back) and
 /// syncs its data.
 pub fn finish(file: &File, size: u64) -> std::io::Result<()> {
-    let fd = file.as_raw_fd();
-    // SAFETY: calls on our own descriptor.
-    unsafe {
-        libc::ftruncate(fd, size as libc::off_t);
-        if libc::fdatasync(fd) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    trim(file, size);
+    sync(file)
 }
 
 #[cfg(test)]
@@ -284,6 +328,32 @@ mod tests {
         assert_eq!(n, 500);
         assert_eq!(e.raw_os_error(), Some(libc::EIO));
         assert_eq!(std::fs::metadata(dir.join("x")).unwrap().len(), 500);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn finishing_gives_back_the_preallocation_and_never_extends() {
+        let dir = std::env::temp_dir().join(format!("vdifrec-trim-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (file, _, _) = create_new(&dir.join("x"), false).unwrap();
+        // Preallocated ahead: the size stays what was written.
+        preallocate(&file, 0, 1 << 20);
+        let mut direct = false;
+        write_all_at(&file, &mut direct, &[7u8; 1000], 0, Budget::none()).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 1000);
+        // Asked to finish at a size past what the file holds: it stays as it is, no zeros.
+        finish(&file, 4000).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 1000);
+        finish(&file, 800).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 800);
+        sync_dir(&dir).unwrap();
+        // Written whole: the temporary is gone, the old content replaced.
+        write_whole(&dir.join("s.json"), b"{}").unwrap();
+        write_whole(&dir.join("s.json"), b"{\"a\": 1}").unwrap();
+        assert_eq!(std::fs::read(dir.join("s.json")).unwrap(), b"{\"a\": 1}");
+        assert!(!dir.join("s.json.part").exists());
+        assert!(write_whole(&dir.join("nothing").join("s.json"), b"{}").is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

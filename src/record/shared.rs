@@ -10,7 +10,7 @@
 
 use crate::record::accounting::{Gap, ThreadTotals};
 use crate::record::ring::Ring;
-use crate::record::stats::{CaptureStats, FileRecord, RecordRow, Stats};
+use crate::record::stats::{CaptureStats, FileRecord, RecordRow, ScanDurable, Stats};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -60,6 +60,8 @@ struct Common {
     scan: Mutex<Option<String>>,
     /// The disks that scan is being written to (those still in the set), for the status.
     scan_disks: Mutex<Vec<String>>,
+    /// How much of that scan is known to be on disk, for the status.
+    scan_durable: Mutex<Option<ScanDurable>>,
 }
 
 /// State shared by the recorder, the capture thread, the writer thread and the status server
@@ -130,6 +132,7 @@ impl Shared {
             senders: Mutex::new(Vec::new()),
             scan: Mutex::new(None),
             scan_disks: Mutex::new(Vec::new()),
+            scan_durable: Mutex::new(None),
         });
         Shared::with_common(has_writer, common)
     }
@@ -317,6 +320,8 @@ impl Shared {
         if name.is_none() {
             self.common.scan_disks.lock().unwrap().clear();
         }
+        // A scan starts with nothing on disk; between scans there is no figure.
+        *self.common.scan_durable.lock().unwrap() = name.as_ref().map(|_| ScanDurable::default());
         *self.common.scan.lock().unwrap() = name;
     }
     pub fn scan(&self) -> Option<String> {
@@ -330,6 +335,18 @@ impl Shared {
     }
     pub fn scan_disks(&self) -> Vec<String> {
         self.common.scan_disks.lock().unwrap().clone()
+    }
+
+    /// How much of the scan now written is known to be on disk: set by the scan gate as its
+    /// durable prefix grows (after the bytes written that hold it), cleared with the scan.
+    pub fn set_scan_durable(&self, durable: ScanDurable) {
+        let mut d = self.common.scan_durable.lock().unwrap();
+        if d.is_some() {
+            *d = Some(durable);
+        }
+    }
+    pub fn scan_durable(&self) -> Option<ScanDurable> {
+        self.common.scan_durable.lock().unwrap().clone()
     }
 
     // -- what the threads report ------------------------------------------------------
@@ -458,6 +475,9 @@ impl Shared {
     /// A snapshot of every counter now. Reading never blocks the capture thread (it skips a
     /// publication rather than wait for this lock).
     pub fn stats(&self) -> Stats {
+        // Before the bytes written: the gate sets them before the durable prefix they hold,
+        // so what is durable never reads as more than what was written.
+        let scan_durable = self.scan_durable();
         let capture = self.capture.lock().unwrap().clone();
         let (fill, slots) = self.ring().map_or((0, 0), |r| {
             (if self.has_writer { r.fill() } else { 0 }, r.nslots())
@@ -490,6 +510,7 @@ impl Shared {
             current_file_bytes: if current.is_some() { current_bytes } else { 0 },
             current_file: current,
             files_closed: self.files.lock().unwrap().len(),
+            scan_durable,
             error: self.error(),
             capture,
             streams: Vec::new(),

@@ -135,6 +135,21 @@ pub struct RecordRow {
     pub kernel_drops: u64,
 }
 
+/// How much of the running scan is known to be on disk, should the recorder be killed or the
+/// station lose power now (`scan::durable`): `/status` `scan_durable`, the `scan_durable_*`
+/// fields of `Stats`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ScanDurable {
+    pub frames: u64,
+    /// Bytes of frames.
+    pub bytes: u64,
+    /// The VDIF time of the last frame of that, ISO UTC; None while nothing is on disk.
+    pub up_to: Option<String>,
+    /// The same as POSIX seconds (`/metrics`).
+    #[serde(skip)]
+    pub up_to_unix: Option<f64>,
+}
+
 /// A file written, with its size.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct FileRecord {
@@ -159,6 +174,8 @@ pub struct Stats {
     pub current_file: Option<String>,
     pub current_file_bytes: u64,
     pub files_closed: usize,
+    /// The running scan's part known to be on disk (None between scans).
+    pub scan_durable: Option<ScanDurable>,
     pub error: Option<String>,
     /// Each stream (port) of the recording; the counters above are their sums.
     pub streams: Vec<StreamStats>,
@@ -221,6 +238,9 @@ impl Serialize for Stats {
             current_file: &self.current_file,
             current_file_bytes: self.current_file_bytes,
             files_closed: self.files_closed,
+            scan_durable_frames: self.scan_durable.as_ref().map_or(0, |d| d.frames),
+            scan_durable_bytes: self.scan_durable.as_ref().map_or(0, |d| d.bytes),
+            scan_durable_up_to: self.scan_durable.as_ref().and_then(|d| d.up_to.as_deref()),
             latest_frame: c.latest_frame,
             seconds_since_datagram: c.seconds_since_datagram,
             socket_errors: c.socket_errors,
@@ -262,6 +282,10 @@ struct StatsShape<'a> {
     current_file: &'a Option<String>,
     current_file_bytes: u64,
     files_closed: usize,
+    /// Flat, as the VSI-S `stats?` reply lists the fields: 0, 0 and null between scans.
+    scan_durable_frames: u64,
+    scan_durable_bytes: u64,
+    scan_durable_up_to: Option<&'a str>,
     latest_frame: Option<FrameTime>,
     seconds_since_datagram: Option<f64>,
     socket_errors: u64,

@@ -52,6 +52,9 @@ struct Status<'a> {
     /// The disks that scan is being written to (a disk that filled or failed has left it);
     /// empty between scans.
     scan_disks: Vec<String>,
+    /// How much of that scan is known to be on disk, should the recorder die now: frames,
+    /// bytes and the VDIF time of the last of them; null between scans.
+    scan_durable: Option<&'a crate::record::stats::ScanDurable>,
     /// Fill of the fullest disk (0..1); null when monitoring.
     disk_fill: Option<f64>,
     disks: &'a [DiskSpace],
@@ -245,6 +248,8 @@ pub fn status_json(streams: &[Arc<Shared>], disks: &[DiskSpace], rates: Rates) -
         state: stats.state,
         scan: shared.scan(),
         scan_disks: shared.scan_disks(),
+        // The snapshot's, read before its bytes written: never more than they.
+        scan_durable: stats.scan_durable.as_ref(),
         disk_fill: diskspace::fullest(disks),
         disks,
         start_time: iso(shared.started_unix()),
@@ -424,6 +429,29 @@ pub fn metrics(streams: &[Arc<Shared>], disks: &[DiskSpace]) -> String {
         "Frames the ring holds.",
         &[("", s.ring_slots as f64)],
     );
+    // The running scan's part known to be on disk (0 between scans): what a power loss now
+    // would leave of it.
+    let durable = s.scan_durable.clone().unwrap_or_default();
+    metric(
+        "vdifrec_scan_durable_frames",
+        "gauge",
+        "Frames of the running scan known to be on disk (synced), from its start without a gap; 0 between scans.",
+        &[("", durable.frames as f64)],
+    );
+    metric(
+        "vdifrec_scan_durable_bytes",
+        "gauge",
+        "Bytes of frames of the running scan known to be on disk (synced), from its start without a gap; 0 between scans.",
+        &[("", durable.bytes as f64)],
+    );
+    if let Some(t) = durable.up_to_unix {
+        metric(
+            "vdifrec_scan_durable_vdif_time_seconds",
+            "gauge",
+            "VDIF time of the last frame of the running scan known to be on disk, POSIX seconds.",
+            &[("", t)],
+        );
+    }
     metric(
         "vdifrec_current_file_bytes",
         "gauge",
@@ -640,7 +668,31 @@ mod tests {
         shared[0].set_scan_disks(vec!["/mnt/disk0".into(), "/mnt/disk \"1\"".into()]);
         let doc: serde_json::Value =
             serde_json::from_str(&status_json(&shared, &disks, Rates::default())).unwrap();
+        // Nothing of the scan is on disk yet.
+        assert_eq!(
+            doc["scan_durable"],
+            serde_json::json!({"frames": 0, "bytes": 0, "up_to": null})
+        );
+        assert!(metrics(&shared, &disks).contains("\nvdifrec_scan_durable_bytes 0\n"));
+        shared[0].set_scan_durable(crate::record::stats::ScanDurable {
+            frames: 256,
+            bytes: 256 * 8224,
+            up_to: Some("2026-07-01T00:33:20.025500000".into()),
+            up_to_unix: Some(1_782_866_000.025_5),
+        });
+        let doc: serde_json::Value =
+            serde_json::from_str(&status_json(&shared, &disks, Rates::default())).unwrap();
         assert_eq!(doc["scan"], "ev001_Kv_scan1");
+        assert_eq!(doc["scan_durable"]["bytes"], 256 * 8224);
+        assert_eq!(
+            doc["scan_durable"]["up_to"],
+            "2026-07-01T00:33:20.025500000"
+        );
+        assert_eq!(doc["stats"]["scan_durable_frames"], 256);
+        assert_eq!(
+            doc["stats"]["scan_durable_up_to"],
+            "2026-07-01T00:33:20.025500000"
+        );
         assert_eq!(
             doc["scan_disks"],
             serde_json::json!(["/mnt/disk0", "/mnt/disk \"1\""])
@@ -662,6 +714,9 @@ mod tests {
         assert!(m.contains("\nvdifrec_disk_free_bytes{disk=\"/mnt/disk0\"} 3000\n"));
         assert!(m.contains("\nvdifrec_disk_size_bytes{disk=\"/mnt/disk0\"} 4000\n"));
         assert!(!m.contains("/mnt/gone"));
+        assert!(m.contains("\nvdifrec_scan_durable_frames 256\n"));
+        assert!(m.contains("\nvdifrec_scan_durable_bytes 2105344\n"));
+        assert!(m.contains("\nvdifrec_scan_durable_vdif_time_seconds 1782866000.0255\n"));
     }
 
     #[test]
@@ -679,8 +734,14 @@ mod tests {
         // A scan that ended is no longer named.
         shared[0].set_scan(Some("s".into()));
         shared[0].set_scan_disks(vec!["/d0".into()]);
+        shared[0].set_scan_durable(Default::default());
         shared[0].set_scan(None);
         assert_eq!(shared[0].scan(), None);
+        let doc: serde_json::Value =
+            serde_json::from_str(&status_json(&shared, &[], Rates::default())).unwrap();
+        assert_eq!(doc["scan_durable"], serde_json::Value::Null);
+        assert_eq!(doc["stats"]["scan_durable_bytes"], 0);
+        assert_eq!(doc["stats"]["scan_durable_up_to"], serde_json::Value::Null);
         assert!(
             shared[0].scan_disks().is_empty(),
             "the disks leave with the scan"

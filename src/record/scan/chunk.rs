@@ -4,12 +4,40 @@
 //! own; `file` and `mk6` chunks are appended to the scan's file on that disk (a Mark6 block
 //! with its header). A chunk that fails leaves nothing behind: its partial file is removed or
 //! the scan's file is cut back to where the chunk began, so it can be written again elsewhere.
+//!
+//! When a chunk is on disk, should the recorder be killed or the station lose power (see
+//! `durable`): a vbs chunk once its file is synced (`fdatasync`) and its name is in its synced
+//! directory, before the writer reports it done; a `file` or `mk6` chunk once its file is
+//! synced, which happens after the chunk that brings `SYNC_BYTES` since the last sync, or the
+//! first chunk `SYNC_EVERY` or more after it, and when the file closes. Until then its frames
+//! were written and written back (`sync_file_range`), which survives the recorder being killed
+//! but not a power loss: the file's size, and so the frames, may not be on the disk yet.
+//!
+//! Nothing a crash leaves at any instant reads as frames that were not written: no file is
+//! ever made longer than what was written to it (preallocation keeps the size, and `finish`
+//! never extends), so a file the recorder was killed writing ends in part of a frame (or a
+//! Mark6 block whose size runs past the end of the file), which readers leave out; after a
+//! power loss, what came after a file's last sync may be missing or read as zeros. A Mark6
+//! file header names the block size planned when it is first written, which no block of the
+//! scan exceeds, and is rewritten in place (its first 20 bytes) at close with the largest.
 
 use crate::record::diskio::{self, Budget};
 use crate::record::ring::Ring;
-use crate::record::scan::disks::{ClosedScanFile, Disk, OpenScanFile};
+use crate::record::scan::disks::{ClosedScanFile, Disk, DiskState, OpenScanFile};
+use crate::record::scan::durable::DurableChunk;
+use crate::record::scan::window::FramePoint;
 use crate::vdif::layout::{self, Format, Mk6BlockHeader, Mk6FileHeader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A `file` or `mk6` file is synced by the chunk that brings this many bytes since its last
+/// sync: the vbs chunk, so that a disk syncs as often for its bytes as in vbs, where each
+/// chunk is synced. At the reference rate over three disks (about 340 MB/s each) that is
+/// about once a second per disk, which the disks carry as they carry vbs.
+pub const SYNC_BYTES: u64 = super::DEFAULT_VBS_CHUNK;
+/// ... or by the first chunk this long after it: a slow stream's file is not left unsynced
+/// for minutes, and costs its disk at most a sync a second.
+pub const SYNC_EVERY: Duration = Duration::from_secs(1);
 
 /// A numbered run of the scan's frames waiting in the ring.
 #[derive(Clone)]
@@ -25,9 +53,22 @@ pub struct ChunkJob {
     /// (first ring sequence number, frames), in order.
     pub ranges: Vec<(u64, u64)>,
     pub frames: u64,
+    /// The VDIF time of its last frame (the gate read its header).
+    pub last: FramePoint,
 }
 
 impl ChunkJob {
+    /// The chunk as `durable` counts it once it is on disk.
+    pub fn durable(&self) -> DurableChunk {
+        DurableChunk {
+            name: self.out.name.clone(),
+            number: self.number,
+            frames: self.frames,
+            bytes: self.frames * self.out.frame_size as u64,
+            last: self.last,
+        }
+    }
+
     pub fn first_seq(&self) -> u64 {
         self.ranges[0].0
     }
@@ -66,11 +107,17 @@ pub struct Written {
     pub header_bytes: u64,
     /// What to tell the operator about how it was written (once per scan is enough).
     pub note: Option<String>,
+    /// Chunks of the scan made durable by this write: this one (vbs), or every chunk of its
+    /// file written since the file's last sync, when this write synced it (`file`, `mk6`;
+    /// also those of a rotated part it closed).
+    pub durable: Vec<DurableChunk>,
 }
 
 /// Why a chunk did not reach its disk.
 pub struct Failed {
     pub why: String,
+    /// Chunks of the scan made durable on the way nonetheless (a rotated part it closed).
+    pub durable: Vec<DurableChunk>,
 }
 
 /// Writes `job` to `disk`; the caller holds the disk (no other writer uses it meanwhile).
@@ -89,6 +136,7 @@ pub fn write_chunk(
 fn fail(path: &std::path::Path, what: &str, e: impl std::fmt::Display) -> Failed {
     Failed {
         why: format!("{what} {}: {e}", path.display()),
+        durable: Vec::new(),
     }
 }
 
@@ -148,6 +196,7 @@ fn write_frames(
             job.ranges.clone()
         },
         frames: job.frames - whole,
+        last: job.last,
     };
     let b = Budget {
         used: budget.used + whole * fs,
@@ -172,15 +221,28 @@ fn write_vbs(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<
     // The file is opened O_DIRECT where allowed; write_frames decides per chunk.
     diskio::set_direct(&file, false).map_err(|e| fail(&path, "cannot set up", e))?;
     diskio::preallocate(&file, 0, bytes);
+    // The chunk is durable once its frames and size are synced and its name is in the scan's
+    // directory on the disk, and the directory's name in the disk (once per data stream).
+    let dir_known = state.vbs_dirs_synced.contains(&out.name);
     let result = write_frames(&file, &mut direct, ring, job, 0, budget)
         .map_err(|(n, e)| (n, e.to_string()))
-        .and_then(|()| diskio::finish(&file, bytes).map_err(|e| (bytes, e.to_string())));
+        .and_then(|()| diskio::finish(&file, bytes).map_err(|e| (bytes, e.to_string())))
+        .and_then(|()| diskio::sync_dir(&dir).map_err(|e| (bytes, e.to_string())))
+        .and_then(|()| {
+            if dir_known {
+                return Ok(());
+            }
+            diskio::sync_dir(&disk.path).map_err(|e| (bytes, e.to_string()))
+        });
     if let Err((n, e)) = result {
         state.used += n;
         drop(file);
         // Nothing half-written stays: the chunk is written again on another disk.
         let _ = std::fs::remove_file(&path);
         return Err(fail(&path, "writing", e));
+    }
+    if !dir_known {
+        state.vbs_dirs_synced.push(out.name.clone());
     }
     state.used += bytes;
     state.scan_frame_bytes += bytes;
@@ -190,28 +252,55 @@ fn write_vbs(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<
         file_bytes: bytes,
         header_bytes: 0,
         note: Some(note),
+        durable: vec![job.durable()],
     })
 }
 
 /// `file` and `mk6`: the chunk goes at the end of the scan's file on this disk, opened (with
-/// the Mark6 file header) by the disk's first chunk.
+/// the Mark6 file header) by the disk's first chunk; the file is synced when it is due.
 fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Written, Failed> {
-    let fs = out.frame_size as u64;
-    let bytes = job.frames * fs;
     let mut state = disk.state.lock().unwrap();
-    let mut note = None;
-    let mut header_bytes = 0u64;
+    // The first chunk of a rotated file scan's next part closes the part before it, which
+    // makes that part's chunks durable whatever becomes of this one.
+    let mut durable = Vec::new();
     let part = out.file_part(job.number);
-    // The first chunk of a rotated file scan's next part closes the part before it.
     if let Some(k) = state
         .open
         .iter()
         .position(|o| o.scan == out.name && o.part != part)
     {
         let done = state.open.remove(k);
-        let closed = close_file(done, out.format, out.frame_size, 0);
+        let mut closed = close_file(done, out.format, out.frame_size, 0);
+        durable.append(&mut closed.durable);
         state.closed.push(closed);
     }
+    match append_to_file(out, ring, disk, &mut state, job) {
+        Ok(mut w) => {
+            durable.append(&mut w.durable);
+            w.durable = durable;
+            Ok(w)
+        }
+        Err(mut f) => {
+            f.durable = durable;
+            Err(f)
+        }
+    }
+}
+
+/// Appends the chunk to the scan's file on the disk, opening it first if it is not open.
+fn append_to_file(
+    out: &ScanOut,
+    ring: &Ring,
+    disk: &Disk,
+    state: &mut DiskState,
+    job: &ChunkJob,
+) -> Result<Written, Failed> {
+    let fs = out.frame_size as u64;
+    let bytes = job.frames * fs;
+    let mut note = None;
+    let mut header_bytes = 0u64;
+    let part = out.file_part(job.number);
+    let mut durable = Vec::new();
     if !state.open.iter().any(|o| o.scan == out.name) {
         let (path, direct) = match out.format {
             Format::Mk6 => (layout::mk6_path(&disk.path, &out.name), false),
@@ -223,17 +312,10 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
         let (file, direct, n) =
             diskio::create_new(&path, direct).map_err(|e| fail(&path, "cannot create", e))?;
         note = Some(n);
-        let mut open = OpenScanFile {
-            scan: out.name.clone(),
-            file,
-            path,
-            end: 0,
-            frame_bytes: 0,
-            direct,
-            largest_block: 0,
-            part,
-        };
+        let mut open = OpenScanFile::new(out.name.clone(), file, path, direct, part);
         if out.format == Format::Mk6 {
+            // The block planned, which no block of the scan exceeds: a reader of a file the
+            // recorder never closed sizes its buffers right.
             let block = (out.chunk_frames * fs + layout::MK6_BLOCK_HEADER_BYTES as u64) as u32;
             let header = Mk6FileHeader::vdif(block, out.frame_size as u32).to_bytes();
             let budget = Budget {
@@ -258,12 +340,19 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
         .expect("opened above");
     let open = &mut state.open[k];
     let start = open.end;
+    let block_header = match out.format {
+        Format::Mk6 => layout::MK6_BLOCK_HEADER_BYTES as u64,
+        _ => 0,
+    };
+    let end = start + block_header + bytes;
     let budget = Budget {
         fault: disk.fault,
         used,
     };
     let result = if out.format == Format::Mk6 {
-        let wb_size = bytes + layout::MK6_BLOCK_HEADER_BYTES as u64;
+        let wb_size = bytes + block_header;
+        // The block's header goes before its frames: a block cut short by a crash names a
+        // size that runs past the end of the file, and readers leave it out.
         let header = Mk6BlockHeader {
             blocknum: job.number as u32,
             wb_size: wb_size as u32,
@@ -286,6 +375,14 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
         write_frames(&open.file, &mut open.direct, ring, job, start, budget)
             .and_then(|()| diskio::write_back(&open.file, start, bytes).map_err(|e| (bytes, e)))
     };
+    let result = result.and_then(|()| {
+        open.unsynced.push(job.durable());
+        if end - open.synced_to < SYNC_BYTES && open.synced_at.elapsed() < SYNC_EVERY {
+            return Ok(());
+        }
+        durable = make_durable(open, end).map_err(|e| (end - start, e))?;
+        Ok(())
+    });
     if let Err((n, e)) = result {
         // Cut the file back to where this chunk began: it stays valid up to there.
         // SAFETY: truncating our own file.
@@ -295,6 +392,8 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
                 start as libc::off_t,
             )
         };
+        // The chunks written to the file before this one are claimed by its next sync (at
+        // close: their frames were written back without error), unless a sync failed.
         let path = open.path.clone();
         let first_chunk_on_disk = open.frame_bytes == 0;
         state.used += n;
@@ -305,12 +404,8 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
         }
         return Err(fail(&path, "writing", e));
     }
-    let block_header = match out.format {
-        Format::Mk6 => layout::MK6_BLOCK_HEADER_BYTES as u64,
-        _ => 0,
-    };
     let open = &mut state.open[k];
-    open.end = start + block_header + bytes;
+    open.end = end;
     open.frame_bytes += bytes;
     let (path, file_bytes) = (open.path.clone(), open.end);
     state.used += block_header + bytes;
@@ -320,44 +415,77 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
         file_bytes,
         header_bytes,
         note,
+        durable,
     })
 }
 
-/// Closes one file of the scan: trimmed, the Mark6 header's block size set, synced.
+/// Syncs the file (its frames, its size `end`) and, the first time, its name in the disk's
+/// directory; returns the chunks that made durable. After a failed sync none of the file's
+/// chunks is ever claimed: the kernel reports a write-back error once, so a later sync that
+/// succeeds says nothing of the pages that failed.
+fn make_durable(open: &mut OpenScanFile, end: u64) -> std::io::Result<Vec<DurableChunk>> {
+    let synced = diskio::sync(&open.file).and_then(|()| {
+        if open.entry_synced {
+            return Ok(());
+        }
+        diskio::sync_dir(open.path.parent().unwrap_or(Path::new(".")))
+    });
+    if let Err(e) = synced {
+        open.unsynced.clear();
+        return Err(e);
+    }
+    open.entry_synced = true;
+    open.synced_to = end;
+    open.synced_at = Instant::now();
+    Ok(std::mem::take(&mut open.unsynced))
+}
+
+/// Closes one file of the scan: trimmed, the Mark6 header's block size set, synced; its
+/// chunks are then durable.
 /// `block_size`: the scan's largest Mark6 block, header included (the same in every file).
 fn close_file(
-    open: OpenScanFile,
+    mut open: OpenScanFile,
     format: Format,
     frame_size: usize,
     block_size: u64,
 ) -> ClosedScanFile {
     let mut result = Ok(());
     if format == Format::Mk6 {
+        // In place, within the first sector: a crash while it is written leaves the planned
+        // size or this one, both at least the largest block.
         let header = Mk6FileHeader::vdif(block_size as u32, frame_size as u32).to_bytes();
         let mut direct = false;
         result = diskio::write_all_at(&open.file, &mut direct, &header, 0, Budget::none())
             .map_err(|(_, e)| format!("writing the header of {}: {e}", open.path.display()));
     }
+    let end = open.end;
     let result = result.and_then(|()| {
-        diskio::finish(&open.file, open.end)
+        // Past the end only the preallocation goes: the file is never made longer.
+        diskio::trim(&open.file, end);
+        make_durable(&mut open, end)
             .map_err(|e| format!("fdatasync of {} failed: {e}", open.path.display()))
     });
+    let (durable, error) = match result {
+        Ok(d) => (d, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
     ClosedScanFile {
         path: open.path,
-        bytes: open.end,
-        error: result.err(),
+        bytes: end,
+        error,
+        durable,
     }
 }
 
 /// Closes the scan's open files on a disk (one, or one per data stream with a split) and
-/// collects those closed before (rotated parts). Returns (path, size) of each file, and the
-/// first failure.
+/// collects those closed before (rotated parts). Returns (path, size) of each file, the chunks
+/// the closing made durable, and the first failure.
 pub fn close_scan_files(
     disk: &Disk,
     format: Format,
     frame_size: usize,
     block_size: u64,
-) -> (Vec<(PathBuf, u64)>, Option<String>) {
+) -> ClosedFiles {
     let mut state = disk.state.lock().unwrap();
     let mut all: Vec<ClosedScanFile> = state.closed.drain(..).collect();
     let open: Vec<OpenScanFile> = state.open.drain(..).collect();
@@ -366,6 +494,22 @@ pub fn close_scan_files(
             .map(|o| close_file(o, format, frame_size, block_size)),
     );
     let error = all.iter().find_map(|c| c.error.clone());
-    let closed = all.into_iter().map(|c| (c.path, c.bytes)).collect();
-    (closed, error)
+    // A rotated part's chunks were claimed when its successor's first chunk closed it.
+    let durable = all
+        .iter_mut()
+        .flat_map(|c| std::mem::take(&mut c.durable))
+        .collect();
+    let files = all.into_iter().map(|c| (c.path, c.bytes)).collect();
+    ClosedFiles {
+        files,
+        durable,
+        error,
+    }
+}
+
+/// The scan's files on one disk once closed.
+pub struct ClosedFiles {
+    pub files: Vec<(PathBuf, u64)>,
+    pub durable: Vec<DurableChunk>,
+    pub error: Option<String>,
 }

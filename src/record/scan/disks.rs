@@ -10,6 +10,7 @@
 
 use crate::record::config::Target;
 use crate::record::diskio::Fault;
+use crate::record::scan::durable::DurableChunk;
 use crate::record::scan::window::Window;
 use crate::record::scan::ScanSetup;
 use crate::record::target::{check_target, TargetError};
@@ -19,6 +20,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
+use std::time::Instant;
 
 /// A file of the scan kept open on a disk between chunks (the `file` and `mk6` formats).
 pub struct OpenScanFile {
@@ -35,6 +37,33 @@ pub struct OpenScanFile {
     pub largest_block: u64,
     /// Which part of a `file` scan rotated by size (0: the first, or not rotated).
     pub part: u64,
+    /// Chunks written to it since its last sync (`chunk::make_durable`), which makes them
+    /// durable; and where and when that sync was.
+    pub unsynced: Vec<DurableChunk>,
+    pub synced_to: u64,
+    pub synced_at: Instant,
+    /// Whether its name in the disk's directory has been synced.
+    pub entry_synced: bool,
+}
+
+impl OpenScanFile {
+    /// A file just created, empty.
+    pub fn new(scan: String, file: File, path: PathBuf, direct: bool, part: u64) -> OpenScanFile {
+        OpenScanFile {
+            scan,
+            file,
+            path,
+            end: 0,
+            frame_bytes: 0,
+            direct,
+            largest_block: 0,
+            part,
+            unsynced: Vec::new(),
+            synced_to: 0,
+            synced_at: Instant::now(),
+            entry_synced: false,
+        }
+    }
 }
 
 /// A file of the scan closed while the scan went on (a `file` scan rotated by size).
@@ -43,6 +72,8 @@ pub struct ClosedScanFile {
     pub bytes: u64,
     /// Why it may not be safely on disk (its `fdatasync` failed).
     pub error: Option<String>,
+    /// Its chunks that closing it made durable, until they are claimed.
+    pub durable: Vec<DurableChunk>,
 }
 
 /// What a disk did in the current scan.
@@ -60,6 +91,8 @@ pub struct DiskState {
     pub open: Vec<OpenScanFile>,
     /// The scan's files already closed on this disk (parts of a rotated `file` scan).
     pub closed: Vec<ClosedScanFile>,
+    /// vbs: the data streams of this scan whose directory's name on this disk is synced.
+    pub vbs_dirs_synced: Vec<String>,
 }
 
 pub struct Disk {
@@ -111,6 +144,7 @@ impl DiskSet {
             s.scan_chunks = 0;
             s.open.clear();
             s.closed.clear();
+            s.vbs_dirs_synced.clear();
             if !d.gone() {
                 ready.push_back(i);
             }

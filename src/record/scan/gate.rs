@@ -8,9 +8,11 @@
 
 use crate::record::accounting::{Accounting, Fate, GapPolicy};
 use crate::record::classify::swapped_header;
+use crate::record::diskio;
 use crate::record::ring::Ring;
 use crate::record::scan::chunk::{self, ChunkJob, ScanOut};
 use crate::record::scan::disks::DiskSet;
+use crate::record::scan::durable::{Durable, Known};
 use crate::record::scan::plan::ScanPlan;
 use crate::record::scan::summary::{
     DataStreamSummary, DiskSummary, ScanSecond, ScanStreamSummary, ScanSummary, ScanThread,
@@ -19,10 +21,10 @@ use crate::record::scan::window::{frames_between, FramePoint, Place};
 use crate::record::scan::writers::{Done, Writers};
 use crate::record::scan::Split;
 use crate::record::shared::Shared;
-use crate::record::stats::{FileRecord, StreamCounts};
+use crate::record::stats::{FileRecord, ScanDurable, StreamCounts};
 use crate::vdif::header::Header;
 use crate::vdif::layout::{self, Format};
-use crate::vdif::time::utc_unix;
+use crate::vdif::time::{utc_unix, VdifTime};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex};
@@ -194,6 +196,8 @@ struct Building {
     frames: u64,
     /// Frames this chunk will hold when full.
     limit: u64,
+    /// The VDIF time of its newest frame.
+    last: FramePoint,
 }
 
 /// The scan's part in one stream.
@@ -239,6 +243,10 @@ struct Active {
     last_inside: Option<Instant>,
     /// Bytes of chunks no writer took (the writers could not start).
     unwritten_bytes: u64,
+    /// What of the scan the writers have made durable, and whether that grew since the status
+    /// was last told.
+    durable: Durable,
+    durable_grew: bool,
     notes: Vec<String>,
 }
 
@@ -301,6 +309,11 @@ impl GateLoop {
                     .map_or(0, |w| w.log.lock().unwrap().bytes_written);
                 for i in &self.inputs {
                     i.shared.set_bytes_written(self.written_before + written);
+                }
+                // After the bytes written: a writer counts a chunk written before it reports
+                // it done, so the status never shows more durable than written.
+                if std::mem::take(&mut a.durable_grew) {
+                    self.inputs[0].shared.set_scan_durable(a.durable_now());
                 }
                 // The status names the disks the scan goes to; one that fills or fails leaves.
                 let alive = self.disks.alive();
@@ -449,6 +462,8 @@ impl GateLoop {
             all_past_since: None,
             last_inside: None,
             unwritten_bytes: 0,
+            durable: Durable::default(),
+            durable_grew: false,
             notes,
         };
         for (k, i) in self.inputs.iter().enumerate() {
@@ -518,15 +533,19 @@ impl GateLoop {
                 .max()
                 .unwrap_or(0);
             for (i, d) in self.disks.disks.iter().enumerate() {
-                let (closed, e) = chunk::close_scan_files(d, format, frame_size, block_size);
-                chunks_per_disk[i] = closed.len() as u64;
-                for (path, bytes) in closed {
+                let closed = chunk::close_scan_files(d, format, frame_size, block_size);
+                chunks_per_disk[i] = closed.files.len() as u64;
+                for (path, bytes) in closed.files {
                     files.push(FileRecord {
                         path: path.display().to_string(),
                         bytes,
                     });
                 }
-                if let Some(e) = e {
+                // Each file's chunks since its last sync are durable with its closing sync.
+                for c in closed.durable {
+                    a.durable.add(c);
+                }
+                if let Some(e) = closed.error {
                     error.get_or_insert(e);
                 }
             }
@@ -594,20 +613,7 @@ impl GateLoop {
                 d.chunks = n;
             }
         }
-        let iso = |p: Option<FramePoint>| {
-            p.map(|(s, f)| {
-                let frac = if fps_seen > 0 {
-                    f as f64 / fps_seen as f64
-                } else {
-                    0.0
-                };
-                crate::vdif::time::VdifTime {
-                    unix_seconds: s,
-                    fraction: frac,
-                }
-                .iso()
-            })
-        };
+        let iso = |p: Option<FramePoint>| p.map(|p| frame_time(p, fps_seen).iso());
         if a.frames == 0 {
             notes.push(
                 "no frame of the stream fell in the scan's window: nothing was written".into(),
@@ -620,18 +626,25 @@ impl GateLoop {
                 notes.push(format!("data stream {}: frames from {who}", d.out.name));
             }
         }
+        let durable: Known = a.durable.scan();
         // One entry per data stream name, over the streams.
         let mut data_streams: Vec<DataStreamSummary> = Vec::new();
         for d in &a.streams {
             match data_streams.iter_mut().find(|x| x.name == d.out.name) {
                 Some(x) => x.frames += d.frames,
-                None => data_streams.push(DataStreamSummary {
-                    name: d.out.name.clone(),
-                    key: d.key.clone(),
-                    frames: d.frames,
-                    chunks: a.numbers.get(&d.out.name).copied().unwrap_or(0),
-                    bytes_written: log.bytes_by_scan.get(&d.out.name).copied().unwrap_or(0),
-                }),
+                None => {
+                    let known = a.durable.stream(&d.out.name);
+                    data_streams.push(DataStreamSummary {
+                        name: d.out.name.clone(),
+                        key: d.key.clone(),
+                        frames: d.frames,
+                        chunks: a.numbers.get(&d.out.name).copied().unwrap_or(0),
+                        bytes_written: log.bytes_by_scan.get(&d.out.name).copied().unwrap_or(0),
+                        durable_frames: known.frames,
+                        durable_bytes: known.bytes,
+                        durable_up_to: iso(known.last),
+                    })
+                }
             }
         }
         let s = ScanSummary {
@@ -662,6 +675,9 @@ impl GateLoop {
             bytes_written: log.bytes_written,
             bytes_dropped_disk: log.bytes_dropped + a.unwritten_bytes,
             bytes_headers: log.header_bytes,
+            durable_frames: durable.frames,
+            durable_bytes: durable.bytes,
+            durable_up_to: iso(durable.last),
             files,
             disks,
             streams,
@@ -700,8 +716,13 @@ impl GateLoop {
                 if let Some(dir) = path.parent() {
                     let _ = std::fs::create_dir_all(dir);
                 }
-                // A failing disk may refuse this too; the summary is still returned.
-                let _ = std::fs::write(&path, s.to_json());
+                // Whole or not at all, and on disk with the scan's last chunks. A failing disk
+                // may refuse this too; the summary is still returned.
+                let _ = diskio::write_whole(&path, s.to_json().as_bytes());
+            }
+            if format != Format::Vbs {
+                // The summaries' directory, new in the disk for the first scan.
+                let _ = diskio::sync_dir(disk);
             }
         }
     }
@@ -781,7 +802,7 @@ impl Active {
                 self.first_frame = Some(self.first_frame.map_or(point, |f| f.min(point)));
                 self.last_frame = Some(self.last_frame.map_or(point, |l| l.max(point)));
                 let d = self.stream_of(k, &h, ring.tag(seq));
-                self.append(d, ring, seq);
+                self.append(d, ring, seq, point);
                 true
             }
         }
@@ -823,6 +844,8 @@ impl Active {
         } else {
             format!("{}_ds{key}", self.plan.name)
         };
+        // Until its first chunk is durable, the scan is known on disk up to no time.
+        self.durable.expect(&name);
         self.streams.push(DataStream {
             input: k,
             key,
@@ -834,7 +857,7 @@ impl Active {
         self.streams.len() - 1
     }
 
-    fn append(&mut self, d: usize, ring: &Arc<Ring>, seq: u64) {
+    fn append(&mut self, d: usize, ring: &Arc<Ring>, seq: u64, point: FramePoint) {
         let run = ring.run();
         let ds = &mut self.streams[d];
         ds.frames += 1;
@@ -856,8 +879,10 @@ impl Active {
                 ranges: Vec::new(),
                 frames: 0,
                 limit,
+                last: point,
             }
         });
+        b.last = point;
         match b.ranges.last_mut() {
             Some((first, n)) if *first + *n == seq => *n += 1,
             _ => b.ranges.push((seq, 1)),
@@ -882,6 +907,7 @@ impl Active {
             number: *number,
             ranges: b.ranges,
             frames: b.frames,
+            last: b.last,
         };
         *number += 1;
         let held = &mut self.parts[ds.input].held;
@@ -932,6 +958,27 @@ impl Active {
     fn collect_done(&mut self) {
         while let Ok(d) = self.done.try_recv() {
             self.parts[d.input].held.remove(&d.first_seq);
+            for c in d.durable {
+                self.durable_grew |= self.durable.add(c);
+            }
+        }
+    }
+
+    /// What of the scan is durable now, as the status shows it.
+    fn durable_now(&self) -> ScanDurable {
+        let fps = self
+            .parts
+            .iter()
+            .map(|p| p.acc.frames_per_second())
+            .max()
+            .unwrap_or(0);
+        let known = self.durable.scan();
+        let t = known.last.map(|p| frame_time(p, fps));
+        ScanDurable {
+            frames: known.frames,
+            bytes: known.bytes,
+            up_to: t.map(|t| t.iso()),
+            up_to_unix: t.map(|t| t.as_f64()),
         }
     }
 
@@ -947,6 +994,19 @@ impl Active {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+}
+
+/// The VDIF time of a frame of a stream of `fps` frames per second per thread (0: not known
+/// yet, the second only).
+fn frame_time((seconds, frame): FramePoint, fps: u32) -> VdifTime {
+    VdifTime {
+        unix_seconds: seconds,
+        fraction: if fps > 0 {
+            frame as f64 / fps as f64
+        } else {
+            0.0
+        },
     }
 }
 

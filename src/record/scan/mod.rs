@@ -2,13 +2,15 @@
 //! during scans. The `gate` follows the ring: frames whose VDIF time lies in a scan's window
 //! are cut into numbered chunks (`chunk`), which the scan's `writers` put on whichever of the
 //! `disks` is ready next, in the scan's format (file, vbs or mk6, see `vdif::layout`); frames
-//! outside scans are released unwritten. Each scan has its own accounting and `summary`.
+//! outside scans are released unwritten. Each scan has its own accounting and `summary`, and
+//! says how much of it is known to be on disk should the recorder die now (`durable`).
 //! Before a scan starts, `disks` also checks that they can be written (and are disks of their
 //! own), finds the scan a name none of them holds yet and says whether they have room for it;
 //! its `plan` decides how many writers the scan's rate needs and says so.
 
 pub mod chunk;
 pub mod disks;
+pub mod durable;
 pub mod gate;
 pub mod plan;
 pub mod summary;

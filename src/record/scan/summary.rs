@@ -26,6 +26,10 @@ pub struct DataStreamSummary {
     pub frames: u64,
     pub chunks: u64,
     pub bytes_written: u64,
+    /// What of it is known to be on disk (see `ScanSummary::durable_frames`).
+    pub durable_frames: u64,
+    pub durable_bytes: u64,
+    pub durable_up_to: Option<String>,
 }
 
 /// One stream's part in a scan (one per port).
@@ -93,6 +97,15 @@ pub struct ScanSummary {
     pub bytes_dropped_disk: u64,
     /// Bytes of format headers in the files (Mark6 file and block headers).
     pub bytes_headers: u64,
+    /// The frames (and their bytes) known to be on disk, synced, should the recorder have
+    /// died as the scan ended: its chunks from 0 without a gap. All of `bytes_written` for a
+    /// scan whose files all closed well; less when a chunk after them was dropped or a sync
+    /// failed.
+    pub durable_frames: u64,
+    pub durable_bytes: u64,
+    /// The VDIF time of the last of them (ISO UTC; with a split, the earliest of the data
+    /// streams'); None when nothing is on disk.
+    pub durable_up_to: Option<String>,
     pub files: Vec<FileRecord>,
     pub disks: Vec<DiskSummary>,
     /// Each stream's part (the counters above are their sums).
@@ -108,7 +121,8 @@ pub struct ScanSummary {
 }
 
 impl ScanSummary {
-    /// Sets `ok`: everything in the window was received and written, nothing failed.
+    /// Sets `ok`: everything in the window was received and written, and is known to be on
+    /// disk; nothing failed.
     pub fn judge(mut self) -> ScanSummary {
         let file_sum: u64 = self.files.iter().map(|f| f.bytes).sum();
         self.invariant_holds = self.bytes_buffered == self.bytes_written + self.bytes_dropped_disk
@@ -116,6 +130,7 @@ impl ScanSummary {
         self.ok = self.invariant_holds
             && self.error.is_none()
             && self.bytes_dropped_disk == 0
+            && self.durable_bytes == self.bytes_written
             && self.counts.frames_lost == 0
             && self.ring_overflows == 0;
         self

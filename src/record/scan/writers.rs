@@ -6,19 +6,23 @@
 use crate::record::ring::Ring;
 use crate::record::scan::chunk::{self, ChunkJob, ScanOut};
 use crate::record::scan::disks::DiskSet;
+use crate::record::scan::durable::DurableChunk;
 use crate::record::stats::FileRecord;
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// A chunk the writers are finished with: on disk, or dropped for want of a disk.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Done {
     /// The stream whose ring held the chunk.
     pub input: usize,
     pub first_seq: u64,
     pub frames: u64,
     pub written: bool,
+    /// The chunks of the scan its writing made durable (itself, or with `file` and `mk6`
+    /// those its file's sync covered; maybe none yet).
+    pub durable: Vec<DurableChunk>,
 }
 
 /// What the writers of one scan tell its summary.
@@ -113,6 +117,8 @@ fn write_somewhere(
     let ring: &Ring = &job.ring;
     let bytes = job.frames * out.frame_size as u64;
     let mut tried = 0;
+    // Chunks made durable by attempts that failed (a rotated part closed on the way).
+    let mut durable = Vec::new();
     loop {
         let next = if tried == 0 {
             first.take()
@@ -131,15 +137,18 @@ fn write_somewhere(
                 first_seq: job.first_seq(),
                 frames: job.frames,
                 written: false,
+                durable,
             };
         };
         let disk = &disks.disks[d];
         match chunk::write_chunk(out, ring, disk, job) {
-            Ok(w) => {
+            Ok(mut w) => {
                 disks.give(d);
+                durable.append(&mut w.durable);
                 if let Some(l) = job.stream.latency() {
                     // The write stage ends when the chunk's write returned (a vbs chunk's file
-                    // after its fdatasync); scans have no durable stage of their own.
+                    // after its fdatasync); scans have no durable latency stage of their own
+                    // (what is durable is the scan's `durable` prefix).
                     let written = crate::record::latency::now_ns();
                     for &(seq, n) in &job.ranges {
                         l.written(seq, seq + n, written, true);
@@ -165,9 +174,11 @@ fn write_somewhere(
                     first_seq: job.first_seq(),
                     frames: job.frames,
                     written: true,
+                    durable,
                 };
             }
-            Err(f) => {
+            Err(mut f) => {
+                durable.append(&mut f.durable);
                 let why = f.why;
                 log.lock().unwrap().notes.push(format!(
                     "disk {} left the set: {why}; chunk {} goes to the next disk",

@@ -1,8 +1,8 @@
 """Scans recorded and what they count: ``record`` (``on`` with the scan's name, ``off``, ``mk6``
 and the query), ``evlbi?`` (frames received, lost and out of order since ``record=on``),
 ``rtime?`` (the time left on the chosen disks at the mode's rate) and ``stats?`` (the engine's
-counters). ``record=off`` answers at once (code 1) and the station writes the scan's tail in the
-background."""
+counters, and how much of the running scan is known to be on disk). ``record=off`` answers at
+once (code 1) and the station writes the scan's tail in the background."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ... import _core
-from ..common import Problem, ScanPointer, ostream_num, query_only, reply
+from ..common import Problem, ScanPointer, iso_utc, ostream_num, query_only, reply, vex_time
 from ..protocol import Code, Command, Reply
 
 if TYPE_CHECKING:
@@ -126,5 +126,8 @@ def stats(st: Station, c: Command) -> Reply:
     if st.recorder is None:
         return reply(c, "state=not receiving")
     s = st.recorder.stats().to_dict()
+    if s["scan_durable_up_to"] is not None:
+        # As jive5ab writes times: an ISO time's ':' would split the field.
+        s["scan_durable_up_to"] = vex_time(iso_utc(s["scan_durable_up_to"]))
     fields = [f"{k}={v}" for k, v in s.items() if isinstance(v, (int, float, str)) or v is None]
     return reply(c, *(f.replace(":", "_").replace(";", ",") for f in fields))

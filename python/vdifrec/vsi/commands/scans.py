@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import _core
-from ..common import Problem, ScanPointer, one_field, ostream_num, query_only, reply, vex_time
+from ..common import Problem, ScanPointer, iso_utc, one_field, ostream_num, query_only, reply, vex_time
 from ..disk2file import Disk2File
 from ..protocol import Code, Command, Reply
 
@@ -84,7 +84,7 @@ def scan_check(st: Station, c: Command) -> Reply:
     # Frames per second per thread: as the recording learned it, or from the mode.
     fps = (summary.seconds[0]["frames_per_second"] if summary and summary.seconds else 0) or (st.mode.frames_per_second if st.mode else 0)
     threads = len(summary.threads) if summary and summary.threads else 1
-    t0, t1 = _iso(first["time"]), _iso(last["time"])
+    t0, t1 = iso_utc(first["time"]), iso_utc(last["time"])
     tracks = (st.mode.tracks if st.mode else 0) * threads
     fields: list[object] = ["?", name, "VDIF", tracks or "?"]
     frames = int(found["bytes"]) // fs
@@ -182,6 +182,3 @@ def _scan_on_disk(st: Station, name: str) -> dict[str, Any]:
         raise Problem(Code.ERROR, f"'{name}' cannot be read - {exc}") from None
     return found
 
-
-def _iso(text: str) -> _dt.datetime:
-    return _dt.datetime.fromisoformat(text.rstrip("Z")[:26]).replace(tzinfo=_dt.timezone.utc)
