@@ -326,6 +326,8 @@ def test_a_missing_last_chunk_is_a_gap_too(tmp_path: Path) -> None:
         vdifrec.open("kvn_scan1", disks=[str(x) for x in ds])
     listed = vdifrec.scans([str(x) for x in ds])
     assert [x["missing"] for x in listed if x["name"] == "kvn_scan1"] == [[last]]
+    # The recorder closed it: its summary lies beside it (a lost chunk does not change that).
+    assert [x["closed"] for x in listed if x["name"] == "kvn_scan1"] == [True]
 
 
 FILE_PART_RE = re.compile(r"^kvn_scan1(?:\.([0-9]{4,}))?\.vdif$")

@@ -183,6 +183,10 @@ def test_scans_lists_exact_sizes_counts_and_times(tmp_path: Path, cli) -> None:
     assert lines[0].split()[:4] == ["name", "format", "size", "chunks"]
     assert lines[1].split() == ["a_vbs", "vbs", "422.40", "kB", "6", "2026-07-01T00:16:40.000000000",
                                 "2026-07-01T00:16:43", "-"]
+    # Written here, not by a recorder: no summary beside them, so never closed, and said so.
+    assert [x["closed"] for x in found] == [False] * len(found)
+    assert lines[2].strip() == ("never closed: no summary beside it (a recorder stopped mid-scan, or another "
+                                "program wrote it)")
     js = cli("scans", "--disk", str(tmp_path / "disk*"), "--json")
     assert json.loads(js.stdout) == found
 

@@ -287,7 +287,12 @@ def test_repair_says_what_it_cut_in_words(tmp_path: Path, cli) -> None:
     chunk3 = t.disks[1] / t.name / f"{t.name}.00000003"
     assert lines[1] == (f"cut          chunk 3 of {chunk3}: 100 bytes from byte 63,360, 60 whole frames kept: "
                         "truncated to 63,360 bytes (60 whole frames)")
-    assert lines[-1] == f"now          {t.frames * FS:,} bytes of whole frames in 6 part(s)"
+    assert lines[-4] == f"now          {t.frames * FS:,} bytes of whole frames in 6 part(s)"
+    # The report is left beside the scan on each disk, which marks it closed.
+    assert lines[-3:] == [f"report       {d / t.name / t.name}.repair.json" for d in t.disks]
+    assert json.loads((t.disks[0] / t.name / f"{t.name}.repair.json").read_text())["bytes_cut"] == 1105
+    (s,) = vdifrec.scans(t.d)
+    assert s["closed"]
 
 
 def test_a_middle_chunk_with_no_whole_frame_is_present_until_repair_removes_it(tmp_path: Path) -> None:

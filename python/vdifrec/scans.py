@@ -43,8 +43,10 @@ def scans(disks: Disks) -> list[dict[str, Any]]:
         frame of the last part: ``ref_epoch``, ``seconds``, ``frame``, ``thread`` and ``time``,
         ISO 8601 UTC, to the nanosecond where the header tells the frame's time, else its whole
         second), ``torn_bytes`` and ``torn`` (what a recorder stopped mid-write left at the ends
-        of files: never read, see below), and ``error`` (why the scan cannot be read as it is,
-        else None). ``bytes``, ``chunks``, ``first`` and ``last`` count whole frames only.
+        of files: never read, see below), ``closed`` (the recorder's summary, or the report of
+        :func:`repair`, lies beside the scan; False for a scan a recorder stopped mid-scan never
+        closed, or one another program wrote) and ``error`` (why the scan cannot be read as it
+        is, else None). ``bytes``, ``chunks``, ``first`` and ``last`` count whole frames only.
 
     Notes
     -----
@@ -120,8 +122,12 @@ def repair(scan: str, disks: Disks, *, format: str | None = None) -> dict[str, A
         ``scan``, ``format``, ``disks``; ``cut``, one per torn piece cut (``path``, ``part``,
         ``kind``, ``offset``, ``bytes``, ``frames_kept``, ``action``: what was done, in words,
         and ``description``: the piece as it was reported); ``bytes_cut``; the scan after the
-        repair: ``bytes`` (whole frames), ``parts`` and ``missing``; and ``notes`` (a part
-        removed from the middle of the scan is a gap from then on).
+        repair: ``bytes`` (whole frames), ``parts`` and ``missing``; ``notes`` (a part
+        removed from the middle of the scan is a gap from then on); and ``written``: where
+        this report was left beside the scan (``<scan>.repair.json`` in a vbs scan's
+        directories, ``.vdifrec/<scan>.repair.json`` on the disks of the other layouts), which
+        marks the scan closed: a recorder started on the disks no longer names it as left by
+        a crash.
     """
     report: dict[str, Any] = json.loads(_core.repair(scan, expand_disks(disks), format))
     return report

@@ -18,6 +18,7 @@ use crate::record::ring::{RingError, RingMemory};
 use crate::record::scan::disks::{open_disks, unused_name, DiskSet};
 use crate::record::scan::gate::Gate;
 use crate::record::scan::plan::{self, Asked};
+use crate::record::scan::unclosed;
 use crate::record::scan::window::Window;
 use crate::record::scan::{ScanRequest, ScanSummary};
 use crate::record::shared::Shared;
@@ -200,17 +201,22 @@ impl Recorder {
                 config.writer_cpu = Some(writer);
             }
         }
-        let (disks, disk_notes) = match &config.scans {
+        let (disks, disk_notes, unclosed) = match &config.scans {
             Some(setup) => {
                 let opened = open_disks(setup)?;
-                (Some(Arc::new(opened.set)), opened.notes)
+                // Before anything is written: what a crash of the last run left.
+                let (unclosed, notes) = unclosed::find(&setup.disks);
+                let mut all = opened.notes;
+                all.extend(notes);
+                (Some(Arc::new(opened.set)), all, unclosed)
             }
-            None => (None, Vec::new()),
+            None => (None, Vec::new(), Vec::new()),
         };
         let shared = Arc::new(Shared::new(config.writes()));
         if let Some(m) = config.max_frames {
             shared.limit_frames(m);
         }
+        shared.set_unclosed_scans(unclosed);
         for n in disk_notes {
             shared.note(n);
         }

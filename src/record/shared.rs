@@ -10,6 +10,7 @@
 
 use crate::record::accounting::{Gap, ThreadTotals};
 use crate::record::ring::Ring;
+use crate::record::scan::unclosed::UnclosedScan;
 use crate::record::stats::{CaptureStats, FileRecord, RecordRow, ScanDurable, Stats};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -62,6 +63,8 @@ struct Common {
     scan_disks: Mutex<Vec<String>>,
     /// How much of that scan is known to be on disk, for the status.
     scan_durable: Mutex<Option<ScanDurable>>,
+    /// Scans no recorder closed, found on the disks at start (a crash), for the status.
+    unclosed: Mutex<Vec<UnclosedScan>>,
 }
 
 /// State shared by the recorder, the capture thread, the writer thread and the status server
@@ -133,6 +136,7 @@ impl Shared {
             scan: Mutex::new(None),
             scan_disks: Mutex::new(Vec::new()),
             scan_durable: Mutex::new(None),
+            unclosed: Mutex::new(Vec::new()),
         });
         Shared::with_common(has_writer, common)
     }
@@ -347,6 +351,14 @@ impl Shared {
     }
     pub fn scan_durable(&self) -> Option<ScanDurable> {
         self.common.scan_durable.lock().unwrap().clone()
+    }
+
+    /// The scans no recorder closed that were on the disks when the recorder started.
+    pub fn set_unclosed_scans(&self, found: Vec<UnclosedScan>) {
+        *self.common.unclosed.lock().unwrap() = found;
+    }
+    pub fn unclosed_scans(&self) -> Vec<UnclosedScan> {
+        self.common.unclosed.lock().unwrap().clone()
     }
 
     // -- what the threads report ------------------------------------------------------

@@ -55,6 +55,9 @@ struct Status<'a> {
     /// How much of that scan is known to be on disk, should the recorder die now: frames,
     /// bytes and the VDIF time of the last of them; null between scans.
     scan_durable: Option<&'a crate::record::stats::ScanDurable>,
+    /// Scans no recorder closed that were on the disks when the recorder started (a crash
+    /// left them): name, format, disks, whole frames and bytes, torn bytes, the note.
+    unclosed_scans: Vec<crate::record::scan::unclosed::UnclosedScan>,
     /// Fill of the fullest disk (0..1); null when monitoring.
     disk_fill: Option<f64>,
     disks: &'a [DiskSpace],
@@ -250,6 +253,7 @@ pub fn status_json(streams: &[Arc<Shared>], disks: &[DiskSpace], rates: Rates) -
         scan_disks: shared.scan_disks(),
         // The snapshot's, read before its bytes written: never more than they.
         scan_durable: stats.scan_durable.as_ref(),
+        unclosed_scans: shared.unclosed_scans(),
         disk_fill: diskspace::fullest(disks),
         disks,
         start_time: iso(shared.started_unix()),

@@ -177,6 +177,15 @@ pub fn summary_path(disk: &Path, scan: &str, format: Format) -> PathBuf {
     }
 }
 
+/// The report `vdifrec scans --repair` leaves beside a scan it cut back to whole frames, where
+/// the summary would be: with the summary, it marks a scan as closed (see `vdif::scan`).
+pub fn repair_path(disk: &Path, scan: &str, format: Format) -> PathBuf {
+    match format {
+        Format::Vbs => vbs_dir(disk, scan).join(format!("{scan}.repair.json")),
+        Format::File | Format::Mk6 => disk.join(SUMMARY_DIR).join(format!("{scan}.repair.json")),
+    }
+}
+
 /// The Mark6 file header: sync, version, block size (largest block including its 8-byte
 /// header), packet format, packet size (whole frame).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,14 +10,16 @@
 //! recorder never leaves one. The Mark6 file header's `block_size` (the scan's largest block)
 //! stays as it is: no block grows. A second repair finds nothing torn and cuts nothing.
 //!
-//! The report says what was cut, byte for byte, and serialises as JSON for whoever writes it
-//! down beside the scan.
+//! The report says what was cut, byte for byte, and is written as JSON beside the scan
+//! (`layout::repair_path`): with it the scan counts as closed, and a recorder started on its
+//! disks no longer names it as left by a crash.
 
 use super::layout::{self, Format, Mk6BlockHeader};
 use super::scan::{part_word, runs, ScanError, ScanLayout};
 use super::torn::{grouped, TornKind, TornPiece};
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -75,6 +77,9 @@ pub struct RepairReport {
     pub missing: Vec<u64>,
     /// What the repair changed beyond the torn bytes (a part removed from the middle).
     pub notes: Vec<String>,
+    /// Where this report was written beside the scan (`layout::repair_path`, on each disk
+    /// holding part of it): a recorder started on the disks then counts the scan as closed.
+    pub written: Vec<PathBuf>,
 }
 
 /// Cuts every torn piece of scan `name` on `disks` (`format`: None detects it). A scan that
@@ -141,7 +146,7 @@ pub fn repair(
     if let Some(t) = after.as_ref().and_then(|s| s.torn.first()) {
         notes.push(format!("still torn after the repair: {}", t.description));
     }
-    Ok(RepairReport {
+    let mut report = RepairReport {
         scan: name.to_string(),
         format: before.format,
         disks: before
@@ -155,7 +160,39 @@ pub fn repair(
         parts: after.as_ref().map_or(0, |s| s.parts.len()),
         missing,
         notes,
-    })
+        written: Vec::new(),
+    };
+    if let Some(scan) = &after {
+        report.written = write_report(&report, scan)?;
+    }
+    Ok(report)
+}
+
+/// The report beside the scan on every disk holding part of it, each written whole (a
+/// temporary file synced, then renamed) so that a crash leaves the old report or the new.
+fn write_report(report: &RepairReport, scan: &ScanLayout) -> Result<Vec<PathBuf>, RepairError> {
+    let text = serde_json::to_string_pretty(report).expect("a report serialises");
+    let mut written = Vec::new();
+    for d in &scan.disks {
+        let path = layout::repair_path(d, &scan.name, scan.format);
+        let dir = path.parent().expect("a report's directory");
+        if !dir.is_dir() {
+            if scan.format == Format::Vbs {
+                continue; // no chunk of the scan on this disk
+            }
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        let mut f = File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(text.as_bytes()).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        File::open(dir)
+            .and_then(|f| f.sync_all())
+            .map_err(io(dir))?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 /// Opens the file of a torn piece, checking that the piece still reaches its end: a file that

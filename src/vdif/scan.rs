@@ -219,8 +219,21 @@ pub struct ScanSummary {
     /// The first frame of the first part and the last frame of the last part.
     pub first: Option<Stamp>,
     pub last: Option<Stamp>,
+    /// The recorder closed the scan (its summary lies beside it) or `scans --repair` cut it
+    /// back to whole frames (its report does): false for a scan a recorder never finished (a
+    /// crash) or that another program wrote.
+    pub closed: bool,
     /// Why the scan cannot be read as it is (the other fields then say what was found).
     pub error: Option<String>,
+}
+
+/// Whether scan `name` was closed: the recorder's summary or a repair's report beside it on
+/// any of `disks`.
+pub fn is_closed(disks: &[PathBuf], name: &str, format: Format) -> bool {
+    disks.iter().any(|d| {
+        layout::summary_path(d, name, format).is_file()
+            || layout::repair_path(d, name, format).is_file()
+    })
 }
 
 /// The word for a part of each format, as messages use it.
@@ -868,6 +881,7 @@ impl ScanLayout {
             frame_size: self.frame_size,
             first,
             last,
+            closed: is_closed(&self.disks, &self.name, self.format),
             error: None,
         })
     }
@@ -939,6 +953,53 @@ pub fn open_scan(
 /// with its `error`; only a disk that cannot be read fails the listing.
 pub fn find_scans(disks: &[PathBuf]) -> Result<Vec<ScanSummary>, ScanError> {
     let disks = &distinct_disks(disks)?;
+    let found = scan_names(disks)?;
+    Ok(found
+        .into_iter()
+        .map(|(name, format)| summarise(&name, format, disks))
+        .collect())
+}
+
+/// The scans on `disks` that were never closed (`ScanSummary::closed`), listed as
+/// `find_scans` lists them: only those are read, so that a disk of many closed scans is
+/// looked at in the time of a directory listing.
+pub fn find_unclosed_scans(disks: &[PathBuf]) -> Result<Vec<ScanSummary>, ScanError> {
+    let disks = &distinct_disks(disks)?;
+    let found = scan_names(disks)?;
+    Ok(found
+        .into_iter()
+        .filter(|(name, format)| !is_closed(disks, name, *format))
+        .map(|(name, format)| summarise(&name, format, disks))
+        .collect())
+}
+
+/// One scan as `find_scans` lists it: read, or what was found and why it cannot be read.
+fn summarise(name: &str, format: Format, disks: &[PathBuf]) -> ScanSummary {
+    let summary = ScanLayout::locate(name, disks, Some(format)).and_then(|s| s.summary());
+    summary.unwrap_or_else(|e| ScanSummary {
+        name: name.to_string(),
+        format,
+        disks: disks
+            .iter()
+            .filter(|d| formats_on(d, name).is_ok_and(|f| f.contains(&format)))
+            .map(|d| d.display().to_string())
+            .collect(),
+        bytes: 0,
+        chunks: 0,
+        missing: Vec::new(),
+        torn_bytes: 0,
+        torn: Vec::new(),
+        frame_size: 0,
+        first: None,
+        last: None,
+        closed: is_closed(disks, name, format),
+        error: Some(e.to_string()),
+    })
+}
+
+/// The names and formats of the scans on `disks`, from their directory listings (and the
+/// first bytes of each file, for Mark6's sync word).
+fn scan_names(disks: &[PathBuf]) -> Result<Vec<(String, Format)>, ScanError> {
     let mut found: BTreeSet<(String, &'static str)> = BTreeSet::new();
     for d in disks {
         for entry in std::fs::read_dir(d).map_err(ScanError::io(d))? {
@@ -968,32 +1029,10 @@ pub fn find_scans(disks: &[PathBuf]) -> Result<Vec<ScanSummary>, ScanError> {
             }
         }
     }
-    let mut out = Vec::new();
-    for (name, format) in found {
-        let format = Format::parse(format).expect("a format name");
-        let summary = ScanLayout::locate(&name, disks, Some(format)).and_then(|s| s.summary());
-        out.push(summary.unwrap_or_else(|e| {
-            ScanSummary {
-                name: name.clone(),
-                format,
-                disks: disks
-                    .iter()
-                    .filter(|d| formats_on(d, &name).is_ok_and(|f| f.contains(&format)))
-                    .map(|d| d.display().to_string())
-                    .collect(),
-                bytes: 0,
-                chunks: 0,
-                missing: Vec::new(),
-                torn_bytes: 0,
-                torn: Vec::new(),
-                frame_size: 0,
-                first: None,
-                last: None,
-                error: Some(e.to_string()),
-            }
-        }));
-    }
-    Ok(out)
+    Ok(found
+        .into_iter()
+        .map(|(name, format)| (name, Format::parse(format).expect("a format name")))
+        .collect())
 }
 
 /// The bytes of a scan's parts one after another, read (not mapped): for one pass at disk

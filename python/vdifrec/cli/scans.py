@@ -131,6 +131,8 @@ def _run_repair(a: argparse.Namespace) -> int:
             print(f"note         {note}")
         print(f"now          {r['bytes']:,} bytes of whole frames in {r['parts']} part(s)"
               + (f", part(s) {_runs(r['missing'])} missing" if r["missing"] else ""))
+        for path in r["written"]:
+            print(f"report       {path}")
     return PROBLEMS if r["missing"] else OK
 
 
@@ -149,6 +151,9 @@ def print_scans(found: list[dict[str, Any]]) -> None:
             f"{s['name']:<{width}}  {s['format']:<6}  {_size(s['bytes']):>10}  {s['chunks']:>6}  "
             f"{first:<29}  {last:<29}  {missing}"
         )
+        if not s["closed"]:
+            print(f"{'':<{width}}  never closed: no summary beside it (a recorder stopped mid-scan, "
+                  "or another program wrote it)")
         if s["torn"]:
             print(f"{'':<{width}}  torn: {torn_line(s['torn'], s['format'])}")
         if s["error"]:

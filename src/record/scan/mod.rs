@@ -6,7 +6,8 @@
 //! says how much of it is known to be on disk should the recorder die now (`durable`).
 //! Before a scan starts, `disks` also checks that they can be written (and are disks of their
 //! own), finds the scan a name none of them holds yet and says whether they have room for it;
-//! its `plan` decides how many writers the scan's rate needs and says so.
+//! its `plan` decides how many writers the scan's rate needs and says so. A recorder started
+//! on disks that hold a scan no recorder closed (a crash) names it first (`unclosed`).
 
 pub mod chunk;
 pub mod disks;
@@ -14,6 +15,7 @@ pub mod durable;
 pub mod gate;
 pub mod plan;
 pub mod summary;
+pub mod unclosed;
 pub mod window;
 pub mod writers;
 
