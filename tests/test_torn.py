@@ -325,3 +325,44 @@ def test_a_file_cut_short_says_so_when_opened(tmp_path: Path) -> None:
         assert fh.shape[0] == 200 * fh.samples_per_frame
     with vdifrec.open(original(tmp_path, name="whole.vdif")) as fh:
         assert fh.torn == []
+
+
+@pytest.mark.parametrize("fmt", ["file", "vbs", "mk6"])
+def test_a_scan_killed_as_it_began_is_empty_and_every_tool_reads_it(fmt: str, tmp_path: Path, token: Path,
+                                                                     cli) -> None:
+    """A recorder killed after it created the scan's first file and before it wrote a frame: an
+    empty file (vbs chunk 0, the `file` scan, a Mark6 file with its header alone)."""
+    disks = make_disks(tmp_path)
+    d = [str(x) for x in disks]
+    name = "began"
+    if fmt == "vbs":
+        (disks[0] / name).mkdir()
+        (disks[0] / name / f"{name}.00000000").write_bytes(b"")
+    elif fmt == "file":
+        (disks[0] / f"{name}.vdif").write_bytes(b"")
+    else:
+        (disks[0] / name).write_bytes(struct.pack("<Iiiii", 0xFEED6666, 2, 8 + 100 * FS, 0, FS))
+    (s,) = vdifrec.scans(d)
+    assert (s["name"], s["format"], s["bytes"], s["chunks"], s["error"], s["closed"]) == (name, fmt, 0, 0, None, False)
+    # Every tool reads it: no frame, and the file begun named (empty, or a Mark6 header alone).
+    pieces = 1
+    assert (len(s["torn"]), s["torn_bytes"], s["torn"][0]["kind"]) == (pieces, 0, "empty")
+    assert s["torn"][0]["description"].endswith(
+        "holds its 20-byte Mark6 file header alone: created, no block written" if fmt == "mk6"
+        else "is empty: created, nothing written"), s["torn"]
+    c = vdifrec.check(name, disks=d)
+    assert (c["frames"], c["totals"]["lost"], c["clean"], len(c["scan"]["torn"])) == (0, 0, False, pieces)
+    res = cli("check", name, "--disk", d[0], "--disk", d[1], "--disk", d[2])
+    assert res.returncode == 1 and "frames       0: the scan holds no whole frame" in res.stdout, res.stdout
+    g = vdifrec.gather(name, d, tmp_path / "g.vdif")
+    assert (g["bytes"], (tmp_path / "g.vdif").stat().st_size) == (0, 0)
+    with pytest.raises(vdifrec.FormatError, match=f"{name} .* holds no whole frame, nothing to read"):
+        vdifrec.open(name, disks=d)
+    with vdifrec.Receiver(tmp_path / "in", listen="127.0.0.1:0", token_file=token) as r:
+        p = vdifrec.push(name, disks=d, to=r.address, token_file=token)
+    (item,) = p["items"]
+    assert (p["ok"], item["state"], item["bytes"], (tmp_path / "in" / name).stat().st_size) == (True, "sent", 0, 0)
+    # Repair takes the empty file away (a Mark6 file with no block too): no scan is left.
+    r = vdifrec.repair(name, d)
+    assert (r["bytes"], r["parts"], r["written"]) == (0, 0, [])
+    assert vdifrec.scans(d) == []

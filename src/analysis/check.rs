@@ -165,10 +165,27 @@ pub fn check_file(path: impl AsRef<Path>, opts: &CheckOptions) -> Result<CheckRe
 /// torn piece, read to its last whole frame (frames never written after it, before the next
 /// part, count as lost too). Either leaves the scan not clean.
 pub fn check_scan(scan: &ScanLayout, opts: &CheckOptions) -> Result<CheckReport, CheckError> {
-    opts.checked()?;
+    let (fps, _) = opts.checked()?;
     let gaps = scan.gaps()?;
     let label = PathBuf::from(scan.label());
-    let mut report = check_stream(&mut scan.reader(), &label, scan.bytes(), opts)?;
+    let mut report = if scan.bytes() == 0 {
+        // No whole frame (a recorder killed as it began the scan): a report of nothing, naming
+        // what is torn, rather than an error: the scan is there and every tool reads it.
+        let format = StreamFormat {
+            frame_size: scan.frame_size,
+            legacy: false,
+            edv: None,
+            version: 0,
+            nchan: 0,
+            bits: 0,
+            complex: false,
+        };
+        let mut empty = Scanner::new(format, fps, None).report(&label, 0, 0, opts);
+        empty.clean = false;
+        empty
+    } else {
+        check_stream(&mut scan.reader(), &label, scan.bytes(), opts)?
+    };
     report.clean &= gaps.is_empty() && scan.torn.is_empty();
     report.scan = Some(ScanNote {
         name: scan.name.clone(),
@@ -210,20 +227,7 @@ fn check_stream(
     if buf.len() < 2 * fs + 32 {
         buf.resize(2 * fs + 32, 0);
     }
-    let mut scan = Scanner {
-        format,
-        acc: Accounting::new(fps, GapPolicy::CountAsLoss),
-        frames: 0,
-        corrupt: Vec::new(),
-        corrupt_bytes: 0,
-        corrupt_stretches: 0,
-        open_corrupt: None,
-        warnings: HeaderWarnings {
-            first_header_problem: problem,
-            ..Default::default()
-        },
-        station: None,
-    };
+    let mut scan = Scanner::new(format, fps, problem);
     if start > 0 {
         scan.skip(0, start as u64, "no frame at the start of the file");
     }
@@ -287,6 +291,23 @@ struct Scanner {
 }
 
 impl Scanner {
+    fn new(format: StreamFormat, fps: Option<u32>, problem: Option<String>) -> Scanner {
+        Scanner {
+            format,
+            acc: Accounting::new(fps, GapPolicy::CountAsLoss),
+            frames: 0,
+            corrupt: Vec::new(),
+            corrupt_bytes: 0,
+            corrupt_stretches: 0,
+            open_corrupt: None,
+            warnings: HeaderWarnings {
+                first_header_problem: problem,
+                ..Default::default()
+            },
+            station: None,
+        }
+    }
+
     fn frame(&mut self, h: &Header, bytes: &[u8]) {
         self.close_corrupt();
         self.frames += 1;

@@ -254,6 +254,11 @@ fn cut_mk6(piece: &TornPiece, frame_size: usize) -> Result<String, RepairError> 
     let file = open_at_end(piece)?;
     let path = &piece.path;
     let mut action = match piece.kind {
+        TornKind::Empty if piece.offset > 0 => {
+            drop(file);
+            remove(path)?;
+            return Ok("removed: its file header alone, no block was written".into());
+        }
         TornKind::Empty | TornKind::PartialFileHeader => {
             drop(file);
             remove(path)?;

@@ -25,7 +25,7 @@ use super::frames::FrameStore;
 use super::header::{Header, HeaderError};
 use super::layout::{self, Format, LayoutError, Mk6BlockHeader, Mk6FileHeader};
 pub use super::stamp::Stamp;
-use super::torn::{whole_frames, TornKind, TornPiece};
+use super::torn::{summary_line, whole_frames, TornKind, TornPiece};
 use memmap2::Mmap;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
@@ -105,6 +105,8 @@ pub enum ScanError {
     },
     #[error("{message}")]
     Gaps { message: String, missing: Vec<u64> },
+    #[error("{label} holds no whole frame, nothing to read: torn {torn}; a recorder stopped as it began the scan (`vdifrec scans --repair` removes it)")]
+    NoWholeFrame { label: String, torn: String },
     #[error(transparent)]
     File(#[from] FileError),
 }
@@ -461,6 +463,18 @@ fn mk6_file(path: &Path) -> Result<Mk6File, ScanError> {
             block: Some((at, claimed)),
         });
         at += block.wb_size as u64;
+    }
+    if blocks.is_empty() && torn.is_none() {
+        // The file header alone: created, and stopped before the first block. Nothing torn
+        // (no byte of data), but the file is where the scan was begun, as an empty chunk is.
+        torn = Some(torn_piece(
+            path,
+            None,
+            TornKind::Empty,
+            layout::MK6_FILE_HEADER_BYTES as u64,
+            0,
+            0,
+        ));
     }
     Ok(Mk6File {
         blocks,
@@ -944,6 +958,12 @@ pub fn open_scan(
 ) -> Result<(VdifFile, Vec<TornPiece>), ScanError> {
     let scan = ScanLayout::locate(name, disks, format)?;
     scan.require_complete()?;
+    if scan.bytes() == 0 {
+        return Err(ScanError::NoWholeFrame {
+            label: scan.label(),
+            torn: summary_line(&scan.torn, part_word(scan.format)),
+        });
+    }
     let frames = scan.map()?;
     let file = VdifFile::from_frames(PathBuf::from(scan.label()), frames, sample_rate)?;
     Ok((file, scan.torn))

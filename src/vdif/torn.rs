@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TornKind {
-    /// A file of 0 bytes: created, nothing written.
+    /// A file of 0 bytes (or a Mark6 file of its header alone): created, nothing written.
     Empty,
     /// Part of a frame after the whole frames of a vbs chunk or a `file` part.
     PartialFrame,
@@ -107,6 +107,10 @@ impl TornPiece {
             n => format!("{} whole frames", grouped(n)),
         };
         let mut text = match self.kind {
+            TornKind::Empty if self.offset > 0 => format!(
+                "{place} holds its {}-byte Mark6 file header alone: created, no block written",
+                self.offset
+            ),
             TornKind::Empty => format!("{place} is empty: created, nothing written"),
             TornKind::PartialFrame => format!(
                 "{place}: {bytes} bytes from byte {at} are part of a frame, after {kept} (torn: \

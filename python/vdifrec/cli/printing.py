@@ -134,13 +134,17 @@ def print_check_report(r: dict[str, Any], every_second: bool = False) -> None:
         print(f"scan         {r['path']}: {r['file_bytes']} bytes in {scan['parts']} {scan['part_word']}(s)")
     else:
         print(f"file         {r['path']} ({r['file_bytes']} bytes)")
-    print(
-        f"format       {f['frame_size']}-byte frames, {kind}, {f['nchan']} ch x {f['bits']} bit "
-        f"{'complex' if f['complex'] else 'real'}, station {r['station']}"
-    )
-    print(f"frames       {r['frames']} in {len(r['threads'])} thread(s): {', '.join(map(str, r['threads']))}")
-    print(f"rate         {r['frames_per_second']} frames/s per thread ({r['frames_per_second_source']})")
-    print(f"time         {r['first_frame_time']} .. {r['last_frame_time']}")
+    if not r["frames"] and scan:
+        # A scan with no whole frame (a recorder stopped as it began it): nothing to describe.
+        print("frames       0: the scan holds no whole frame")
+    else:
+        print(
+            f"format       {f['frame_size']}-byte frames, {kind}, {f['nchan']} ch x {f['bits']} bit "
+            f"{'complex' if f['complex'] else 'real'}, station {r['station']}"
+        )
+        print(f"frames       {r['frames']} in {len(r['threads'])} thread(s): {', '.join(map(str, r['threads']))}")
+        print(f"rate         {r['frames_per_second']} frames/s per thread ({r['frames_per_second_source']})")
+        print(f"time         {r['first_frame_time']} .. {r['last_frame_time']}")
     print(
         f"counts       expected {t['expected']}  received {t['received']}  lost {t['lost']}  "
         f"out-of-order {t['out_of_order']}  duplicate {t['duplicates']}  invalid {t['invalid']}"
