@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_scans import FS, baseband_samples, make_disks, original, write_mk6, write_vbs
+from test_scans import FS, STARTS, baseband_samples, make_disks, original, write_mk6, write_vbs
 from test_transfer import digest_of
 
 import vdifrec
@@ -295,7 +295,8 @@ def test_repair_says_what_it_cut_in_words(tmp_path: Path, cli) -> None:
     assert s["closed"]
 
 
-def test_a_middle_chunk_with_no_whole_frame_is_present_until_repair_removes_it(tmp_path: Path) -> None:
+def test_a_middle_chunk_with_no_whole_frame_is_removed_and_known_to_have_held_nothing(tmp_path: Path,
+                                                                                      token: Path) -> None:
     data = original(tmp_path).read_bytes()
     disks = make_disks(tmp_path)
     write_vbs(data, disks, "s1", VBS_ORDER)
@@ -306,13 +307,26 @@ def test_a_middle_chunk_with_no_whole_frame_is_present_until_repair_removes_it(t
     with vdifrec.open("s1", disks=d) as fh:
         (p,) = fh.torn
         assert (p["part"], p["kind"], p["offset"], p["bytes"], p["frames"]) == (3, "partial_frame", 0, 40, 0)
+        before = np.concatenate(fh.frame_parts).tobytes()
         assert len(fh.frame_parts) == 5
     r = vdifrec.repair("s1", d)
     assert not chunk3.exists()
-    assert r["missing"] == [3] and "chunk(s) 3 held no whole frame" in r["notes"][0]
-    # From now on a gap, as a chunk on a disk not given is.
-    with pytest.raises(vdifrec.GapError, match="lacks chunk"):
-        vdifrec.open("s1", disks=d)
+    assert (r["missing"], r["emptied"], r["bytes_cut"]) == ([], [3], 40)
+    assert "chunk(s) 3 held no whole frame and were removed" in r["notes"][0]
+    # The report beside the scan says chunk 3 held nothing: no gap, the same frames, and the
+    # scan ships; the frames it would have held were never written, and check counts them lost.
+    (s,) = vdifrec.scans(d)
+    assert (s["missing"], s["torn"], s["closed"], s["chunks"]) == ([], [], True, 5)
+    with vdifrec.open("s1", disks=d) as fh:
+        assert fh.torn == [] and np.concatenate(fh.frame_parts).tobytes() == before
+    c = vdifrec.check("s1", disks=d)
+    assert (c["totals"]["lost"], c["scan"]["missing"]) == (STARTS[4] - 201, [])
+    p = push(Torn("s1", "vbs", disks, [], 0), token, tmp_path / "incoming")
+    assert p["ok"] and (tmp_path / "incoming" / "s1").read_bytes() == before
+    # A second repair cuts nothing and leaves the first one's report, which names chunk 3.
+    again = vdifrec.repair("s1", d)
+    assert (again["cut"], again["emptied"], again["written"]) == ([], [3], [])
+    assert json.loads(Path(r["written"][0]).read_text())["emptied"] == [3]
 
 
 def test_a_file_cut_short_says_so_when_opened(tmp_path: Path) -> None:

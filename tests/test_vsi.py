@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -562,3 +563,30 @@ def test_vsi_command_prints_replies_and_says_failure_by_exit_status(serve: Serve
     assert r.returncode == 0 and r.stdout.splitlines() == ["!status? 0 : 0x00000001 ;", "!record? 0 : off ;"]
     r = run_cli("vsi", where, "record?", "bogus?")
     assert r.returncode == 1 and r.stdout.splitlines()[1] == "!bogus? 7 : ENOSYS - not implemented ;"
+
+
+def test_a_station_names_the_scan_a_crash_left_once_its_recorder_starts(tmp_path: Path) -> None:
+    """A scan no recorder closed (a chunk torn as its writer stopped, no summary) on the disks:
+    `serve` started without a port says so when `net_port=` starts its recorder, in its log and
+    in /status, and once per session however often the recorder is rebuilt."""
+    src = tmp_path / "src.vdif"
+    vdifrec.generate(src, frame_size=FS, fps=1000, seconds=0.01, **START)
+    chunk = tmp_path / "disk1" / "kvn_crash" / "kvn_crash.00000000"
+    chunk.parent.mkdir(parents=True)
+    chunk.write_bytes(src.read_bytes()[:7 * FS + 100])
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        status = free.getsockname()[1]
+    s = Serve(tmp_path, "--status-listen", f"127.0.0.1:{status}")
+    try:
+        assert "kvn_crash" not in s.out.read_text()
+        assert s.one(f"net_port={free_udp_port()}").code == 0
+        assert s.one(f"net_port={free_udp_port()}").code == 0  # rebuilt: not named again
+        with urllib.request.urlopen(f"http://127.0.0.1:{status}/status", timeout=10) as r:
+            (u,) = json.loads(r.read())["unclosed_scans"]
+        assert (u["name"], u["format"], u["frames"], u["torn_bytes"], u["torn_pieces"]) == ("kvn_crash", "vbs", 7, 100, 1)
+        log = s.log.read_text()
+        assert log.count(u["note"]) == 1, log
+        assert re.search(r"^\d{4}-\d\d-\d\dT[0-9:.]+Z vdifrec scan kvn_crash \(vbs on 1 disk\) was never closed", log, re.M)
+    finally:
+        s.stop()

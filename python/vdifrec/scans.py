@@ -122,12 +122,14 @@ def repair(scan: str, disks: Disks, *, format: str | None = None) -> dict[str, A
         ``scan``, ``format``, ``disks``; ``cut``, one per torn piece cut (``path``, ``part``,
         ``kind``, ``offset``, ``bytes``, ``frames_kept``, ``action``: what was done, in words,
         and ``description``: the piece as it was reported); ``bytes_cut``; the scan after the
-        repair: ``bytes`` (whole frames), ``parts`` and ``missing``; ``notes`` (a part
-        removed from the middle of the scan is a gap from then on); and ``written``: where
+        repair: ``bytes`` (whole frames), ``parts`` and ``missing``; ``emptied`` (the parts
+        removed because they held no whole frame, by this repair and any before it: readers
+        take them as having held nothing, not as missing); ``notes``; and ``written``: where
         this report was left beside the scan (``<scan>.repair.json`` in a vbs scan's
         directories, ``.vdifrec/<scan>.repair.json`` on the disks of the other layouts), which
         marks the scan closed: a recorder started on the disks no longer names it as left by
-        a crash.
+        a crash. A repair that cuts nothing leaves an earlier report as it is (``written``
+        is then empty).
     """
     report: dict[str, Any] = json.loads(_core.repair(scan, expand_disks(disks), format))
     return report

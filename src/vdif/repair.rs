@@ -15,9 +15,10 @@
 //! disks no longer names it as left by a crash.
 
 use super::layout::{self, Format, Mk6BlockHeader};
-use super::scan::{part_word, runs, ScanError, ScanLayout};
+use super::scan::{emptied_by_repair, part_word, runs, ScanError, ScanLayout};
 use super::torn::{grouped, TornKind, TornPiece};
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -75,6 +76,9 @@ pub struct RepairReport {
     pub bytes: u64,
     pub parts: usize,
     pub missing: Vec<u64>,
+    /// Parts removed because they held no whole frame, by this repair and any before it:
+    /// readers take them as having held nothing, not as missing (`scan::emptied_by_repair`).
+    pub emptied: Vec<u64>,
     /// What the repair changed beyond the torn bytes (a part removed from the middle).
     pub notes: Vec<String>,
     /// Where this report was written beside the scan (`layout::repair_path`, on each disk
@@ -126,23 +130,29 @@ pub fn repair(
         }
         Err(e) => return Err(e.into()),
     };
-    let missing = after.as_ref().map_or_else(Vec::new, |s| s.missing.clone());
-    let emptied: Vec<u64> = missing
+    let after_missing = after.as_ref().map_or_else(Vec::new, |s| s.missing.clone());
+    let emptied: Vec<u64> = after_missing
         .iter()
         .copied()
         .filter(|n| !before.missing.contains(n))
         .collect();
+    let missing: Vec<u64> = after_missing
+        .into_iter()
+        .filter(|n| !emptied.contains(n))
+        .collect();
     if !emptied.is_empty() {
         // A writer that had begun a part and written no whole frame of it when another writer's
-        // later part got some: the part goes, and its number is a gap from now on.
+        // later part got some: the part goes, and the report beside the scan says it held
+        // nothing, so that readers see no gap there (jive5ab and DiFX never look for a part's
+        // number).
         notes.push(format!(
-            "{what}(s) {} held no whole frame and were removed from the middle of the scan: \
-             readers now find them missing (vdifrec.open and push refuse the scan, as for a \
-             disk not given; gather --allow-gaps and check read it); their frames were never \
-             written",
+            "{what}(s) {} held no whole frame and were removed from the middle of the scan; \
+             this report, left beside the scan, says so, and readers find no gap there. Their \
+             frames were never written: check counts them lost",
             runs(&emptied)
         ));
     }
+    let earlier = emptied_by_repair(disks, name, before.format);
     if let Some(t) = after.as_ref().and_then(|s| s.torn.first()) {
         notes.push(format!("still torn after the repair: {}", t.description));
     }
@@ -159,11 +169,26 @@ pub fn repair(
         bytes: after.as_ref().map_or(0, |s| s.bytes()),
         parts: after.as_ref().map_or(0, |s| s.parts.len()),
         missing,
+        emptied: earlier
+            .iter()
+            .copied()
+            .chain(emptied)
+            .collect::<BTreeSet<u64>>()
+            .into_iter()
+            .collect(),
         notes,
         written: Vec::new(),
     };
     if let Some(scan) = &after {
-        report.written = write_report(&report, scan)?;
+        // A repair that cut nothing leaves an earlier report as it is (it says what was cut);
+        // it writes one only where none is yet, to mark the scan closed.
+        let reported = scan
+            .disks
+            .iter()
+            .any(|d| layout::repair_path(d, name, scan.format).is_file());
+        if !report.cut.is_empty() || !reported {
+            report.written = write_report(&report, scan)?;
+        }
     }
     Ok(report)
 }
@@ -371,7 +396,12 @@ mod tests {
             [20, 0, 33]
         );
         assert!(r.cut[1].action.starts_with("removed"), "{:?}", r.cut[1]);
-        assert_eq!(r.missing, vec![1]);
+        // Chunk 1 held nothing: the report says so, and it is no gap.
+        assert_eq!((r.missing.clone(), r.emptied.clone()), (vec![], vec![1]));
+        assert_eq!(
+            ScanLayout::locate("s", &d, None).unwrap().missing,
+            Vec::<u64>::new()
+        );
         assert!(
             r.notes[0].contains("chunk(s) 1 held no whole frame"),
             "{:?}",
@@ -443,9 +473,15 @@ mod tests {
             std::fs::read(layout::mk6_path(&d[1], "s")).unwrap(),
             f1[..f1.len() - 5]
         );
-        // Disk 2's only block held no whole frame: its file goes, and block 2 is a gap.
+        // Disk 2's only block held no whole frame: its file goes, and the report beside the
+        // scan says block 2 held nothing, so it is no gap.
         assert!(!layout::mk6_path(&d[2], "s").exists());
-        assert_eq!(r.missing, vec![2]);
+        assert_eq!((r.missing.clone(), r.emptied.clone()), (vec![], vec![2]));
+        assert_eq!(r.written.len(), 2);
+        assert_eq!(
+            ScanLayout::locate("s", &d, None).unwrap().missing,
+            Vec::<u64>::new()
+        );
         assert_eq!((r.parts, r.bytes), (3, (87 * FS) as u64));
         assert!(repair("s", &d, None).unwrap().cut.is_empty());
         std::fs::remove_dir_all(&root).unwrap();

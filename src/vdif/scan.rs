@@ -142,6 +142,24 @@ pub struct PartGap {
     pub description: String,
 }
 
+/// The parts a repair of scan `name` removed because they held no whole frame (torn as their
+/// writer began them), from the reports it left beside the scan on any of `disks`.
+pub fn emptied_by_repair(disks: &[PathBuf], name: &str, format: Format) -> BTreeSet<u64> {
+    let mut out = BTreeSet::new();
+    for d in disks {
+        let Ok(text) = std::fs::read_to_string(layout::repair_path(d, name, format)) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        if let Some(a) = v.get("emptied").and_then(|x| x.as_array()) {
+            out.extend(a.iter().filter_map(|n| n.as_u64()));
+        }
+    }
+    out
+}
+
 /// How many chunks, blocks or files the recorder wrote for scan (or data stream) `name`, from
 /// the JSON summary it left beside the scan on any of `disks`; None where there is none.
 fn recorded_parts(disks: &[PathBuf], name: &str, format: Format) -> Option<u64> {
@@ -617,6 +635,10 @@ impl ScanLayout {
         if let Some(n) = recorded_parts(disks, name, format) {
             missing.extend(expect..n);
         }
+        // Parts `scans --repair` removed because they held no whole frame are known to have
+        // held nothing: no gap, and nothing to look for on another disk.
+        let emptied = emptied_by_repair(disks, name, format);
+        missing.retain(|n| !emptied.contains(n));
         let mut heads = Heads::default();
         let frame_size = match first_frame_size(&mut heads, &found)? {
             Some(fs) => fs,
@@ -980,17 +1002,43 @@ pub fn find_scans(disks: &[PathBuf]) -> Result<Vec<ScanSummary>, ScanError> {
         .collect())
 }
 
-/// The scans on `disks` that were never closed (`ScanSummary::closed`), listed as
-/// `find_scans` lists them: only those are read, so that a disk of many closed scans is
-/// looked at in the time of a directory listing.
-pub fn find_unclosed_scans(disks: &[PathBuf]) -> Result<Vec<ScanSummary>, ScanError> {
+/// The scans on `disks` that were never closed (`ScanSummary::closed`), newest first, listed
+/// as `find_scans` lists them; only those are read, and only the newest `most` of them (the
+/// names of the others come second), so that disks of many scans are looked at in about the
+/// time of a directory listing.
+pub fn find_unclosed_scans(
+    disks: &[PathBuf],
+    most: usize,
+) -> Result<(Vec<ScanSummary>, Vec<String>), ScanError> {
     let disks = &distinct_disks(disks)?;
-    let found = scan_names(disks)?;
-    Ok(found
+    let mut found: Vec<(std::time::SystemTime, String, Format)> = scan_names(disks)?
         .into_iter()
         .filter(|(name, format)| !is_closed(disks, name, *format))
-        .map(|(name, format)| summarise(&name, format, disks))
-        .collect())
+        .map(|(name, format)| (last_modified(disks, &name, format), name, format))
+        .collect();
+    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let rest = found.split_off(most.min(found.len()));
+    Ok((
+        found
+            .into_iter()
+            .map(|(_, name, format)| summarise(&name, format, disks))
+            .collect(),
+        rest.into_iter().map(|(_, name, _)| name).collect(),
+    ))
+}
+
+/// When scan `name` last changed on any of `disks` (its file, or its vbs directory).
+fn last_modified(disks: &[PathBuf], name: &str, format: Format) -> std::time::SystemTime {
+    disks
+        .iter()
+        .map(|d| match format {
+            Format::File => layout::file_path(d, name),
+            Format::Vbs => layout::vbs_dir(d, name),
+            Format::Mk6 => layout::mk6_path(d, name),
+        })
+        .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .max()
+        .unwrap_or(std::time::UNIX_EPOCH)
 }
 
 /// One scan as `find_scans` lists it: read, or what was found and why it cannot be read.

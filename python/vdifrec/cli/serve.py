@@ -104,10 +104,6 @@ def run_serve(a: argparse.Namespace) -> int:
                 if station.recorder.status_address:
                     h, p = station.recorder.status_address
                     print(f"status on http://{h}:{p}/status and /metrics", flush=True)
-                # What the recorder found on start: disks that are no mount points, and scans a
-                # crash of the last run left unclosed (also in /status, `unclosed_scans`).
-                for n in station.recorder.notes:
-                    log("vdifrec", n)
             while True:
                 time.sleep(0.5)
         except KeyboardInterrupt:

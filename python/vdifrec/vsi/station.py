@@ -93,6 +93,7 @@ class Station:
         self.gather_dir = Path(gather_dir).resolve()
         self.note = note
         self.recorder: Recorder | None = None
+        self._noted: set[str] = set()
         self._running_options: dict[str, Any] | None = None
         self.session: list[str] = []
         self.summaries: dict[str, ScanSummary] = {}
@@ -188,6 +189,13 @@ class Station:
         self.recorder = new
         self._running_options = options
         self.note(f"receiving on {new.listening} ({self.format} scans on {len(self.disks)} disk(s))")
+        # What the recorder found on start (a disk that is no mount point, a scan a crash left
+        # unclosed: also in /status, `unclosed_scans`), once per session however often it is
+        # rebuilt.
+        for n in new.notes:
+            if n not in self._noted:
+                self._noted.add(n)
+                self.note(n)
 
     def reconfigure(self, **changes: Any) -> None:
         """Sets attributes and receives with them; on failure puts them back (and receives as

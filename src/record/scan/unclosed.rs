@@ -99,13 +99,28 @@ impl UnclosedScan {
     }
 }
 
+/// The most unclosed scans read and named one by one at start, newest first: a crash leaves
+/// one scan (one per data stream of a split scan), and disks that other programs (jive5ab, a
+/// Mark6) filled hold many without a vdifrec summary, which must not hold the start up.
+pub const MOST_READ: usize = 16;
+
 /// The scans on `disks` that no recorder closed; a listing that fails is said in the one
 /// note it returns instead (the recording goes on: it writes under names not taken).
 pub fn find(disks: &[PathBuf]) -> (Vec<UnclosedScan>, Vec<String>) {
-    match find_unclosed_scans(disks) {
-        Ok(found) => {
+    match find_unclosed_scans(disks, MOST_READ) {
+        Ok((found, more)) => {
             let found: Vec<UnclosedScan> = found.into_iter().map(UnclosedScan::of).collect();
-            let notes = found.iter().map(|u| u.note.clone()).collect();
+            let mut notes: Vec<String> = found.iter().map(|u| u.note.clone()).collect();
+            if !more.is_empty() {
+                notes.push(format!(
+                    "{} older scan(s) on the disks have no summary beside them either (not \
+                     read; written by another program, or left by earlier crashes): {}{}; \
+                     `vdifrec scans --disk ...` lists them",
+                    more.len(),
+                    more.iter().take(8).cloned().collect::<Vec<_>>().join(", "),
+                    if more.len() > 8 { ", ..." } else { "" }
+                ));
+            }
             (found, notes)
         }
         Err(e) => (
@@ -177,6 +192,41 @@ mod tests {
                 )),
             "{}",
             u.note
+        );
+        std::fs::remove_dir_all(&disk).unwrap();
+    }
+
+    #[test]
+    fn only_the_newest_are_read_and_the_others_named() {
+        let disk =
+            std::env::temp_dir().join(format!("vdifrec-unclosed-many-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&disk);
+        std::fs::create_dir_all(&disk).unwrap();
+        let n = MOST_READ + 2;
+        for k in 0..n {
+            let path = layout::file_path(&disk, &format!("s{k:02}"));
+            std::fs::write(&path, frame(100, k as u32, 1056)).unwrap();
+            // s00 oldest, s17 newest.
+            let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000 + k as u64);
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(when)
+                .unwrap();
+        }
+        let (found, notes) = find(std::slice::from_ref(&disk));
+        let names: Vec<&str> = found.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(names.len(), MOST_READ);
+        assert_eq!((names[0], names[MOST_READ - 1]), ("s17", "s02"));
+        assert_eq!(notes.len(), MOST_READ + 1);
+        assert!(
+            notes[MOST_READ].starts_with(
+                "2 older scan(s) on the disks have no summary beside them either (not read; \
+                 written by another program, or left by earlier crashes): s01, s00;"
+            ),
+            "{}",
+            notes[MOST_READ]
         );
         std::fs::remove_dir_all(&disk).unwrap();
     }
