@@ -47,10 +47,11 @@ FPS = 125_000
 SCAN = "crash"
 #: Runs per layout and command: run 0 is killed before the first frame, the others at random.
 RUNS = 5
-#: The longest a run records before it is killed. The ring (1 GiB) holds all of it, so however
-#: slow the disk, no frame is dropped for a full ring: whatever is missing was in flight.
-MOST_SECONDS = 0.4
-RING = "1GiB"
+#: The longest a run records before it is killed. The ring (512 MiB; 0.3 s of the stream is
+#: 308 MB) holds all of it, so however slow the disk, no frame is dropped for a full ring:
+#: whatever is missing was in flight.
+MOST_SECONDS = 0.3
+RING = "512MiB"
 #: Writer threads: pieces that can be in flight, and so torn or not yet begun, at once.
 WRITERS = {"file": 1, "vbs": 3, "mk6": 3}
 DISKS = {"file": 1, "vbs": 3, "mk6": 3}
