@@ -93,8 +93,7 @@ fuzz: ## each fuzz target for FUZZ_SECONDS (default 30) with cargo fuzz on the s
 
 lint: $(STAMP) ## cargo fmt --check, clippy, mypy, stubtest
 	cargo fmt --check
-	cargo clippy --all-targets --quiet -- -D warnings
-	cargo clippy --features python,bench --quiet -- -D warnings
+	cargo clippy --all-targets --features python,bench --quiet -- -D warnings
 	$(PY) -m mypy
 	$(PY) -m mypy.stubtest vdifrec._core --allowlist .mypy-stubtest-allowlist
 
