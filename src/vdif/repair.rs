@@ -341,26 +341,12 @@ fn cut_mk6(piece: &TornPiece, frame_size: usize) -> Result<String, RepairError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::generate::{write_frames, SignalSpec};
     use crate::vdif::layout::Mk6FileHeader;
-
-    const FS: usize = 32 + 1024;
+    use crate::vdif::scan::tests::{stream_of, FS};
 
     /// 100 frames, 2 threads.
     fn stream() -> Vec<u8> {
-        let spec = SignalSpec {
-            frame_size: FS,
-            fps: 50,
-            nchan: 2,
-            bits: 2,
-            threads: 2,
-            ref_epoch: Some(53),
-            start_second: Some(1000),
-            ..Default::default()
-        };
-        let mut bytes = Vec::new();
-        write_frames(&spec, 50, &mut bytes, "memory").unwrap();
-        bytes
+        stream_of(50)
     }
 
     fn disks(tag: &str) -> (PathBuf, Vec<PathBuf>) {

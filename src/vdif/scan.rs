@@ -1156,15 +1156,21 @@ fn in_file(path: &Path, e: std::io::Error) -> std::io::Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::sources::generate::{write_frames, SignalSpec};
     use std::io::Write;
 
-    const FS: usize = 32 + 1024;
+    pub(crate) const FS: usize = 32 + 1024;
 
     /// 200 frame sets of 2 threads (400 frames), 50 frame sets a second.
     fn stream() -> Vec<u8> {
+        stream_of(200)
+    }
+
+    /// `frame_sets` frame sets of 2 threads of FS-byte frames, 50 a second from second 1000 of
+    /// epoch 53: the scans these tests and `vdif::repair`'s lay out.
+    pub(crate) fn stream_of(frame_sets: u64) -> Vec<u8> {
         let spec = SignalSpec {
             frame_size: FS,
             fps: 50,
@@ -1176,7 +1182,7 @@ mod tests {
             ..Default::default()
         };
         let mut bytes = Vec::new();
-        write_frames(&spec, 200, &mut bytes, "memory").unwrap();
+        write_frames(&spec, frame_sets, &mut bytes, "memory").unwrap();
         bytes
     }
 
