@@ -172,29 +172,64 @@ impl PyRecorder {
     /// it is on disk and returns its summary as JSON (None if still being written).
     #[pyo3(signature = (timeout=None))]
     fn stop_scan(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<String>> {
-        self.with_recorder(py, |r| r.end_scan().map_err(scan_command_err))?;
-        self.wait_scan(py, timeout)
+        // The scan recording now; those queued behind it end too, without a frame.
+        let running = self.with_recorder(py, |r| {
+            let running = r.active_scan();
+            r.end_scan().map_err(scan_command_err)?;
+            Ok(running)
+        })?;
+        self.wait_scan(py, timeout, running)
     }
 
     /// Waits (up to `timeout` s, None: as long as it takes) for the running scan to end and be
     /// on disk; its summary as JSON, or None if it still runs. With no scan running: the last
-    /// scan's summary (None if there was none).
-    #[pyo3(signature = (timeout=None))]
-    fn wait_scan(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<String>> {
+    /// scan's summary (None if there was none). With `name`: that scan's, once it is on disk
+    /// (None at once if no scan of that name was started).
+    #[pyo3(signature = (timeout=None, name=None))]
+    fn wait_scan(
+        &self,
+        py: Python<'_>,
+        timeout: Option<f64>,
+        name: Option<String>,
+    ) -> PyResult<Option<String>> {
         let deadline =
             timeout.map(|t| std::time::Instant::now() + Duration::from_secs_f64(t.max(0.0)));
         loop {
             // Short waits, so that Ctrl-C reaches Python and other calls get the recorder.
             let slice = Duration::from_millis(100);
-            let got = self.with_recorder(py, |r| Ok(r.wait_scan(Some(slice))))?;
+            // (summary, whether to wait on)
+            let (got, wait_on) = self.with_recorder(py, |r| {
+                Ok(match &name {
+                    Some(n) => match r.wait_for_scan(n, Some(slice)) {
+                        Some(s) => (Some(s), false),
+                        // Finished in between, or never started: no use waiting.
+                        None if !r.queued_scans().contains(n) => {
+                            (r.wait_for_scan(n, Some(Duration::ZERO)), false)
+                        }
+                        None => (None, true),
+                    },
+                    None => (r.wait_scan(Some(slice)), true),
+                })
+            })?;
             if let Some(s) = got {
                 return Ok(Some(to_json(&s)?));
+            }
+            if !wait_on {
+                return Ok(None);
             }
             py.check_signals()?;
             if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
                 return Ok(None);
             }
         }
+    }
+
+    /// Every scan running or queued, in order: the first is recording now (or still being
+    /// written out), the others wait for their start.
+    fn queued_scans(&self, py: Python<'_>) -> Vec<String> {
+        self.locked(py, |inner| {
+            inner.as_ref().map(|r| r.queued_scans()).unwrap_or_default()
+        })
     }
 
     /// The scan running now (or still being written out), if any.

@@ -60,7 +60,7 @@ pub enum RecordError {
 pub enum ScanCommandError {
     #[error("disks: this recorder has no disks to write scans to: give disks=[...] (--disk DIR)")]
     NoDisks,
-    #[error("scan {0} is running: stop it first (stop_scan, record=off)")]
+    #[error("scan {0} is running: stop it first (stop_scan, record=off), or give the new scan a start at or after its stop to queue it")]
     Busy(String),
     #[error("no scan is running")]
     NoScan,
@@ -483,9 +483,6 @@ impl Recorder {
         else {
             return Err(ScanCommandError::NoDisks);
         };
-        if let Some(name) = gate.active() {
-            return Err(ScanCommandError::Busy(name));
-        }
         if self.shared.finished() {
             return Err(ScanCommandError::Finished);
         }
@@ -499,6 +496,13 @@ impl Recorder {
             .or((c.frames_per_second > 0).then_some(c.frames_per_second));
         let window = Window::new(req.start, req.stop, fps)
             .map_err(|(name, why)| ScanCommandError::BadTime { name, why })?;
+        // A scan may be queued behind those running: it must start at or after every one of
+        // them stops, so that each frame has one scan at most.
+        if let Some((name, _)) = gate.queued().into_iter().find(
+            |(_, w)| !matches!((w.stop, window.start), (Some(stop), Some(start)) if start >= stop),
+        ) {
+            return Err(ScanCommandError::Busy(name));
+        }
         let name = unused_name(&req.name, disks, &self.scan_names);
         if name.len() > layout::MAX_SCAN_NAME {
             return Err(ScanCommandError::BadName(format!(
@@ -538,13 +542,17 @@ impl Recorder {
         Ok(name)
     }
 
-    /// Ends the running scan now and waits until it is on disk; its summary.
+    /// Ends the running scan now and waits until it is on disk; its summary. Scans queued
+    /// behind it end too, without a frame.
     pub fn stop_scan(&self) -> Result<ScanSummary, ScanCommandError> {
+        let running = self.active_scan().ok_or(ScanCommandError::NoScan)?;
         self.end_scan()?;
-        self.wait_scan(None).ok_or(ScanCommandError::NoScan)
+        self.wait_for_scan(&running, None)
+            .ok_or(ScanCommandError::NoScan)
     }
 
-    /// Asks the running scan to end now (it is then written out: see `wait_scan`).
+    /// Asks the running scan, and any queued behind it, to end now (they are then written
+    /// out: see `wait_scan`).
     pub fn end_scan(&self) -> Result<(), ScanCommandError> {
         let Some(gate) = &self.gate else {
             return Err(ScanCommandError::NoDisks);
@@ -560,6 +568,20 @@ impl Recorder {
     /// or None if it is still running. With no scan running, the last scan's summary.
     pub fn wait_scan(&self, timeout: Option<Duration>) -> Option<ScanSummary> {
         self.gate.as_ref()?.wait_scan(timeout)
+    }
+
+    /// Waits (at most `timeout`) until scan `name` (as `start_scan` returned it) is on disk;
+    /// its summary, or None if it is still running or was never started.
+    pub fn wait_for_scan(&self, name: &str, timeout: Option<Duration>) -> Option<ScanSummary> {
+        self.gate.as_ref()?.wait_for(name, timeout)
+    }
+
+    /// Every scan running or queued, in order (the first is the one recording now).
+    pub fn queued_scans(&self) -> Vec<String> {
+        self.gate
+            .as_ref()
+            .map(|g| g.queued().into_iter().map(|q| q.0).collect())
+            .unwrap_or_default()
     }
 
     /// The scan running now (or still being written out), if any.
@@ -881,6 +903,57 @@ mod tests {
         let run = rec.stop();
         assert!(run.invariant_holds, "{run:#?}");
         assert_eq!(run.bytes_outside_scans, 3500 * 8224);
+    }
+
+    #[test]
+    fn scans_queued_back_to_back_lose_no_frame_between_them() {
+        let ds = disks("queued", 2);
+        let mut c = scan_config(&ds, Format::Vbs);
+        c.fps = Some(500);
+        let mut rec = Recorder::start(c).unwrap();
+        let t0 = crate::vdif::time::utc_unix(53, 1000);
+        let at = |s: f64| crate::vdif::time::VdifTime {
+            unix_seconds: t0 + s.floor() as i64,
+            fraction: s.fract(),
+        };
+        let scan = |name: &str, a: f64, b: f64| ScanRequest {
+            name: name.into(),
+            start: Some(at(a)),
+            stop: Some(at(b)),
+        };
+        // Three windows one after another, all asked for before the first frame: each waits
+        // its turn; the second starts where the first stops.
+        for (name, a, b) in [("q1", 0.25, 1.0), ("q2", 1.0, 1.75), ("q3", 2.0, 2.5)] {
+            assert_eq!(rec.start_scan(scan(name, a, b)).unwrap(), name);
+        }
+        assert_eq!(rec.queued_scans(), ["q1", "q2", "q3"]);
+        // A scan that would overlap one queued is refused, naming it.
+        match rec.start_scan(scan("q4", 2.25, 3.0)) {
+            Err(ScanCommandError::Busy(n)) => assert_eq!(n, "q3"),
+            other => panic!("{other:?}"),
+        }
+        let sent = ds[0].parent().unwrap().join("sent.vdif");
+        let sp = SignalSpec {
+            fps: 500,
+            threads: 4,
+            ..spec()
+        };
+        send(&rec, sp, 6000, "", &sent);
+        let all = std::fs::read(&sent).unwrap();
+        // Frames of 4 threads, 2000 a second: [a, b) is frames 2000a..2000b of the stream.
+        for (name, a, b) in [("q1", 0.25, 1.0), ("q2", 1.0, 1.75), ("q3", 2.0, 2.5)] {
+            let s = rec
+                .wait_for_scan(name, Some(Duration::from_secs(10)))
+                .expect("each scan ends at its stop");
+            let (first, last) = ((a * 2000.0) as usize, (b * 2000.0) as usize);
+            assert!(s.ok, "{s:#?}");
+            assert_eq!(s.frames, (last - first) as u64, "{name}");
+            let (data, _) = gather_vbs(&ds, name);
+            assert!(data == all[first * 8224..last * 8224], "{name}");
+        }
+        let run = rec.stop();
+        assert!(run.invariant_holds, "{run:#?}");
+        assert_eq!(run.bytes_outside_scans, (6000 - 4000) * 8224);
     }
 
     #[test]

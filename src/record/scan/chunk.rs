@@ -23,7 +23,7 @@
 
 use crate::record::diskio::{self, Budget};
 use crate::record::ring::Ring;
-use crate::record::scan::disks::{ClosedScanFile, Disk, DiskState, OpenScanFile};
+use crate::record::scan::disks::{ClosedScanFile, Disk, OpenScanFile, ScanOnDisk};
 use crate::record::scan::durable::DurableChunk;
 use crate::record::scan::window::FramePoint;
 use crate::vdif::layout::{self, Format, Mk6BlockHeader, Mk6FileHeader};
@@ -79,6 +79,8 @@ impl ChunkJob {
 pub struct ScanOut {
     /// The name on disk: the scan's, or `<scan>_ds<key>` for a data stream.
     pub name: String,
+    /// The scan's name (its part of each disk's state).
+    pub scan: String,
     pub format: Format,
     pub frame_size: usize,
     pub direct: bool,
@@ -223,7 +225,7 @@ fn write_vbs(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<
     diskio::preallocate(&file, 0, bytes);
     // The chunk is durable once its frames and size are synced and its name is in the scan's
     // directory on the disk, and the directory's name in the disk (once per data stream).
-    let dir_known = state.vbs_dirs_synced.contains(&out.name);
+    let dir_known = state.with_scan(&out.scan, |s, _| s.vbs_dirs_synced.contains(&out.name));
     let result = write_frames(&file, &mut direct, ring, job, 0, budget)
         .map_err(|(n, e)| (n, e.to_string()))
         .and_then(|()| diskio::finish(&file, bytes).map_err(|e| (bytes, e.to_string())))
@@ -241,12 +243,14 @@ fn write_vbs(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<
         let _ = std::fs::remove_file(&path);
         return Err(fail(&path, "writing", e));
     }
-    if !dir_known {
-        state.vbs_dirs_synced.push(out.name.clone());
-    }
-    state.used += bytes;
-    state.scan_frame_bytes += bytes;
-    state.scan_chunks += 1;
+    state.with_scan(&out.scan, |s, used| {
+        if !dir_known {
+            s.vbs_dirs_synced.push(out.name.clone());
+        }
+        *used += bytes;
+        s.frame_bytes += bytes;
+        s.chunks += 1;
+    });
     Ok(Written {
         path,
         file_bytes: bytes,
@@ -260,6 +264,19 @@ fn write_vbs(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<
 /// the Mark6 file header) by the disk's first chunk; the file is synced when it is due.
 fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Written, Failed> {
     let mut state = disk.state.lock().unwrap();
+    state.with_scan(&out.scan, |scan, used| {
+        append_to_scan(out, ring, disk, scan, used, job)
+    })
+}
+
+fn append_to_scan(
+    out: &ScanOut,
+    ring: &Ring,
+    disk: &Disk,
+    state: &mut ScanOnDisk,
+    used: &mut u64,
+    job: &ChunkJob,
+) -> Result<Written, Failed> {
     // The first chunk of a rotated file scan's next part closes the part before it, which
     // makes that part's chunks durable whatever becomes of this one.
     let mut durable = Vec::new();
@@ -274,7 +291,7 @@ fn append(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Wri
         durable.append(&mut closed.durable);
         state.closed.push(closed);
     }
-    match append_to_file(out, ring, disk, &mut state, job) {
+    match append_to_file(out, ring, disk, state, used, job) {
         Ok(mut w) => {
             durable.append(&mut w.durable);
             w.durable = durable;
@@ -292,7 +309,8 @@ fn append_to_file(
     out: &ScanOut,
     ring: &Ring,
     disk: &Disk,
-    state: &mut DiskState,
+    state: &mut ScanOnDisk,
+    used: &mut u64,
     job: &ChunkJob,
 ) -> Result<Written, Failed> {
     let fs = out.frame_size as u64;
@@ -320,7 +338,7 @@ fn append_to_file(
             let header = Mk6FileHeader::vdif(block, out.frame_size as u32).to_bytes();
             let budget = Budget {
                 fault: disk.fault,
-                used: state.used,
+                used: *used,
             };
             if let Err((_, e)) = diskio::write_pieces_at(&open.file, &[&header], 0, budget) {
                 let _ = std::fs::remove_file(&open.path);
@@ -328,11 +346,11 @@ fn append_to_file(
             }
             open.end = header.len() as u64;
             header_bytes += open.end;
-            state.used += open.end;
+            *used += open.end;
         }
         state.open.push(open);
     }
-    let used = state.used;
+    let used_before = *used;
     let k = state
         .open
         .iter()
@@ -347,7 +365,7 @@ fn append_to_file(
     let end = start + block_header + bytes;
     let budget = Budget {
         fault: disk.fault,
-        used,
+        used: used_before,
     };
     let result = if out.format == Format::Mk6 {
         let wb_size = bytes + block_header;
@@ -396,7 +414,7 @@ fn append_to_file(
         // close: their frames were written back without error), unless a sync failed.
         let path = open.path.clone();
         let first_chunk_on_disk = open.frame_bytes == 0;
-        state.used += n;
+        *used += n;
         if first_chunk_on_disk {
             // A disk that got no block has no file.
             state.open.remove(k);
@@ -408,8 +426,8 @@ fn append_to_file(
     open.end = end;
     open.frame_bytes += bytes;
     let (path, file_bytes) = (open.path.clone(), open.end);
-    state.used += block_header + bytes;
-    state.scan_frame_bytes += bytes;
+    *used += block_header + bytes;
+    state.frame_bytes += bytes;
     Ok(Written {
         path,
         file_bytes,
@@ -481,14 +499,13 @@ fn close_file(
 /// collects those closed before (rotated parts). Returns (path, size) of each file, the chunks
 /// the closing made durable, and the first failure.
 pub fn close_scan_files(
-    disk: &Disk,
+    scan: &mut ScanOnDisk,
     format: Format,
     frame_size: usize,
     block_size: u64,
 ) -> ClosedFiles {
-    let mut state = disk.state.lock().unwrap();
-    let mut all: Vec<ClosedScanFile> = state.closed.drain(..).collect();
-    let open: Vec<OpenScanFile> = state.open.drain(..).collect();
+    let mut all: Vec<ClosedScanFile> = scan.closed.drain(..).collect();
+    let open: Vec<OpenScanFile> = scan.open.drain(..).collect();
     all.extend(
         open.into_iter()
             .map(|o| close_file(o, format, frame_size, block_size)),

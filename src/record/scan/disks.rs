@@ -15,7 +15,7 @@ use crate::record::scan::window::Window;
 use crate::record::scan::ScanSetup;
 use crate::record::target::{check_target, TargetError};
 use crate::vdif::layout::{self, Format};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,23 +76,45 @@ pub struct ClosedScanFile {
     pub durable: Vec<DurableChunk>,
 }
 
-/// What a disk did in the current scan.
+/// What one scan has on a disk while it is written.
 #[derive(Default)]
-pub struct DiskState {
-    /// Bytes written to this disk over the whole run (the fault aid counts from here).
-    pub used: u64,
-    /// Why the disk left the set, if it did.
-    pub dropped: Option<String>,
+pub struct ScanOnDisk {
     /// Bytes of frames written in this scan.
-    pub scan_frame_bytes: u64,
+    pub frame_bytes: u64,
     /// Files (vbs chunks) written whole in this scan.
-    pub scan_chunks: u64,
+    pub chunks: u64,
     /// The scan's files open on this disk: one, or one per data stream with a split.
     pub open: Vec<OpenScanFile>,
     /// The scan's files already closed on this disk (parts of a rotated `file` scan).
     pub closed: Vec<ClosedScanFile>,
     /// vbs: the data streams of this scan whose directory's name on this disk is synced.
     pub vbs_dirs_synced: Vec<String>,
+}
+
+/// What a disk did in the run, and has of each scan being written. Two scans are written at
+/// once where one follows another without a pause: the first one's last chunks go to disk
+/// while the next one's first chunks fill.
+#[derive(Default)]
+pub struct DiskState {
+    /// Bytes written to this disk over the whole run (the fault aid counts from here).
+    pub used: u64,
+    /// Why the disk left the set, if it did.
+    pub dropped: Option<String>,
+    /// By scan name.
+    pub scans: HashMap<String, ScanOnDisk>,
+}
+
+impl DiskState {
+    /// Runs `f` on scan `name`'s part of this disk (made empty at its first use) and the
+    /// bytes used on the disk.
+    pub fn with_scan<R>(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(&mut ScanOnDisk, &mut u64) -> R,
+    ) -> R {
+        let scan = self.scans.entry(name.to_string()).or_default();
+        f(scan, &mut self.used)
+    }
 }
 
 pub struct Disk {
@@ -134,21 +156,31 @@ impl DiskSet {
         }
     }
 
-    /// Before a scan: per-scan counts cleared, every disk still in the set ready, in order.
-    pub fn begin_scan(&self) {
+    /// Before scan `name`: its part of every disk empty; with `rotate_from_first` (no other
+    /// scan is being written) every disk still in the set ready, in order.
+    pub fn begin_scan(&self, name: &str, rotate_from_first: bool) {
         let mut ready = self.ready.lock().unwrap();
-        ready.clear();
+        if rotate_from_first {
+            ready.clear();
+        }
         for (i, d) in self.disks.iter().enumerate() {
             let mut s = d.state.lock().unwrap();
-            s.scan_frame_bytes = 0;
-            s.scan_chunks = 0;
-            s.open.clear();
-            s.closed.clear();
-            s.vbs_dirs_synced.clear();
-            if !d.gone() {
+            s.scans.insert(name.to_string(), ScanOnDisk::default());
+            if rotate_from_first && !d.gone() {
                 ready.push_back(i);
             }
         }
+    }
+
+    /// After scan `name`: what it had on each disk, in disk order, now forgotten.
+    pub fn end_scan(&self, name: &str) -> Vec<ScanOnDisk> {
+        self.disks
+            .iter()
+            .map(|d| {
+                let mut s = d.state.lock().unwrap();
+                s.scans.remove(name).unwrap_or_default()
+            })
+            .collect()
     }
 
     /// The disks still in the set.
@@ -354,7 +386,7 @@ mod tests {
     fn ready_disks_rotate_and_dropped_ones_leave() {
         let paths: Vec<PathBuf> = ["/a", "/b", "/c"].iter().map(PathBuf::from).collect();
         let set = DiskSet::new(&paths, &[]);
-        set.begin_scan();
+        set.begin_scan("s", true);
         let order: Vec<usize> = (0..3)
             .map(|_| {
                 let i = set.take().unwrap();

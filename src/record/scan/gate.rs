@@ -1,6 +1,10 @@
 //! The scan gate: one thread that follows the ring of every stream behind its capture.
 //! Between scans it releases every frame unwritten (they were counted by the capture: the
 //! recorder monitors).
+//! Scans may be queued: a scan whose window starts at or after the stop of those before it is
+//! gated at the same time as them, so that scans back to back lose no frame between them
+//! (each frame goes to the scan whose window holds it, however the threads' frames interleave
+//! around the boundary); the first one's last chunks go to disk while the next one fills.
 //! During a scan it reads each frame's header, keeps the frames whose VDIF time lies in the
 //! scan's window, cuts them into numbered chunks for the writers, counts them in the scan's
 //! own accounting, and releases ring slots only when every chunk holding them is on disk (so a
@@ -17,7 +21,7 @@ use crate::record::scan::plan::ScanPlan;
 use crate::record::scan::summary::{
     DataStreamSummary, DiskSummary, ScanSecond, ScanStreamSummary, ScanSummary, ScanThread,
 };
-use crate::record::scan::window::{frames_between, FramePoint, Place};
+use crate::record::scan::window::{frames_between, FramePoint, Place, Window};
 use crate::record::scan::writers::{Done, Writers};
 use crate::record::scan::Split;
 use crate::record::shared::Shared;
@@ -46,10 +50,11 @@ enum Command {
     Stop,
 }
 
-/// What the gate tells the recorder: whether a scan runs, the summaries of finished scans.
+/// What the gate tells the recorder: the scans running or queued (in order, with their
+/// windows), the summaries of finished scans.
 #[derive(Default)]
 struct Board {
-    active: Option<String>,
+    active: Vec<(String, Window)>,
     finished: Vec<ScanSummary>,
     bytes_outside: u64,
     exited: bool,
@@ -94,9 +99,10 @@ impl Gate {
                     big_endian,
                     commands: rx,
                     board: b.clone(),
-                    active: None,
+                    active: Vec::new(),
                     written_before: 0,
                     disks_shown: None,
+                    head_shown: None,
                 };
                 g.run();
                 let (m, cv) = &*b;
@@ -111,22 +117,60 @@ impl Gate {
         })
     }
 
-    /// The scan now running (or draining to disk), if any.
+    /// The scan now running (or draining to disk), if any: the first of those queued.
     pub fn active(&self) -> Option<String> {
+        self.board
+            .0
+            .lock()
+            .unwrap()
+            .active
+            .first()
+            .map(|a| a.0.clone())
+    }
+
+    /// Every scan running or queued, in order, with its window.
+    pub fn queued(&self) -> Vec<(String, Window)> {
         self.board.0.lock().unwrap().active.clone()
     }
 
     pub fn start_scan(&self, plan: ScanPlan) {
         let mut b = self.board.0.lock().unwrap();
-        b.active = Some(plan.name.clone());
-        self.shared.set_scan(Some(plan.name.clone()));
+        b.active.push((plan.name.clone(), plan.window));
+        self.shared.set_scan(b.active.first().map(|a| a.0.clone()));
         drop(b);
         let _ = self.commands.send(Command::Start(Box::new(plan)));
     }
 
-    /// Asks the running scan to end now.
+    /// Asks every scan running or queued to end now.
     pub fn stop_scan(&self) {
         let _ = self.commands.send(Command::Stop);
+    }
+
+    /// Waits until scan `name` is on disk and returns its summary; None when `timeout`
+    /// passed first, or no such scan was started.
+    pub fn wait_for(&self, name: &str, timeout: Option<Duration>) -> Option<ScanSummary> {
+        let (m, cv) = &*self.board;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut b = m.lock().unwrap();
+        loop {
+            if let Some(s) = b.finished.iter().rev().find(|s| s.name == name) {
+                return Some(s.clone());
+            }
+            if b.exited || !b.active.iter().any(|a| a.0 == name) {
+                return None;
+            }
+            let wait = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return None;
+                    }
+                    d - now
+                }
+                None => Duration::from_millis(200),
+            };
+            b = cv.wait_timeout(b, wait).unwrap().0;
+        }
     }
 
     /// Waits until no scan is active and returns the newest finished scan's summary; None
@@ -135,7 +179,7 @@ impl Gate {
         let (m, cv) = &*self.board;
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut b = m.lock().unwrap();
-        while b.active.is_some() && !b.exited {
+        while !b.active.is_empty() && !b.exited {
             let wait = match deadline {
                 Some(d) => {
                     let now = Instant::now();
@@ -256,11 +300,15 @@ struct GateLoop {
     big_endian: bool,
     commands: Receiver<Command>,
     board: Arc<(Mutex<Board>, Condvar)>,
-    active: Option<Active>,
+    /// The scans being gated or written out, in the order they were started (their windows
+    /// follow one another).
+    active: Vec<Active>,
     /// Bytes written by scans already finished (for the live total).
     written_before: u64,
     /// The disks the status was last told the scan goes to (indices into `disks`).
     disks_shown: Option<Vec<usize>>,
+    /// The scan the status was last told of (the first active one).
+    head_shown: Option<String>,
 }
 
 impl GateLoop {
@@ -268,15 +316,11 @@ impl GateLoop {
         loop {
             while let Ok(c) = self.commands.try_recv() {
                 match c {
-                    Command::Start(p) => {
-                        if self.active.is_none() {
-                            self.activate(*p);
-                        }
-                    }
+                    Command::Start(p) => self.activate(*p),
                     Command::Stop => {
-                        // Frames already buffered when the stop came belong to the scan: it
-                        // takes them up to each write index now, then closes.
-                        if let Some(a) = &mut self.active {
+                        // Frames already buffered when the stop came belong to the scans: they
+                        // take them up to each write index now, then close.
+                        for a in &mut self.active {
                             for (part, input) in a.parts.iter_mut().zip(&self.inputs) {
                                 part.stop_at.get_or_insert(
                                     input.ring.as_ref().map_or(0, |r| r.write_seq()),
@@ -291,7 +335,8 @@ impl GateLoop {
             for k in 0..self.inputs.len() {
                 progressed |= self.follow(k, now_wall);
             }
-            if let Some(a) = &mut self.active {
+            let mut written = 0;
+            for a in &mut self.active {
                 let stopped = a
                     .parts
                     .iter()
@@ -303,34 +348,21 @@ impl GateLoop {
                 if a.closing {
                     a.close_input(&self.inputs);
                 }
-                let written = a
+                written += a
                     .writers
                     .as_ref()
                     .map_or(0, |w| w.log.lock().unwrap().bytes_written);
-                for i in &self.inputs {
-                    i.shared.set_bytes_written(self.written_before + written);
-                }
-                // After the bytes written: a writer counts a chunk written before it reports
-                // it done, so the status never shows more durable than written.
-                if std::mem::take(&mut a.durable_grew) {
-                    self.inputs[0].shared.set_scan_durable(a.durable_now());
-                }
-                // The status names the disks the scan goes to; one that fills or fails leaves.
-                let alive = self.disks.alive();
-                if self.disks_shown.as_ref() != Some(&alive) {
-                    let paths = alive
-                        .iter()
-                        .map(|&d| self.disks.disks[d].path.display().to_string());
-                    self.inputs[0].shared.set_scan_disks(paths.collect());
-                    self.disks_shown = Some(alive);
-                }
             }
-            if self
+            for i in &self.inputs {
+                i.shared.set_bytes_written(self.written_before + written);
+            }
+            self.show_head();
+            while let Some(k) = self
                 .active
-                .as_ref()
-                .is_some_and(|a| a.closing && a.parts.iter().all(|p| p.held.is_empty()))
+                .iter()
+                .position(|a| a.closing && a.parts.iter().all(|p| p.held.is_empty()))
             {
-                let a = self.active.take().expect("active");
+                let a = self.active.remove(k);
                 self.finish(a);
             }
             {
@@ -344,12 +376,39 @@ impl GateLoop {
                 let (m, _) = &*self.board;
                 m.lock().unwrap().bytes_outside = outside;
             }
-            if self.active.is_none() && self.inputs.iter().all(|i| i.done) {
+            if self.active.is_empty() && self.inputs.iter().all(|i| i.done) {
                 return;
             }
             if !progressed {
                 std::thread::sleep(IDLE_WAIT);
             }
+        }
+    }
+
+    /// The status follows the first active scan: what of it is durable, the disks it goes to.
+    fn show_head(&mut self) {
+        let Some(a) = self.active.first_mut() else {
+            self.head_shown = None;
+            return;
+        };
+        let new_head = self.head_shown.as_deref() != Some(a.plan.name.as_str());
+        if new_head {
+            self.head_shown = Some(a.plan.name.clone());
+            self.disks_shown = None;
+        }
+        // After the bytes written: a writer counts a chunk written before it reports it done,
+        // so the status never shows more durable than written.
+        if std::mem::take(&mut a.durable_grew) || new_head {
+            self.inputs[0].shared.set_scan_durable(a.durable_now());
+        }
+        // The status names the disks the scan goes to; one that fills or fails leaves.
+        let alive = self.disks.alive();
+        if self.disks_shown.as_ref() != Some(&alive) {
+            let paths = alive
+                .iter()
+                .map(|&d| self.disks.disks[d].path.display().to_string());
+            self.inputs[0].shared.set_scan_disks(paths.collect());
+            self.disks_shown = Some(alive);
         }
     }
 
@@ -364,7 +423,7 @@ impl GateLoop {
             match &input.ring {
                 Some(r) => {
                     input.pos = r.read_seq();
-                    if let Some(a) = &mut self.active {
+                    for a in &mut self.active {
                         a.lay_out(k, r);
                     }
                 }
@@ -379,12 +438,18 @@ impl GateLoop {
         let pos = input.pos;
         let upto = end.min(pos + FRAMES_PER_PASS);
         for seq in pos..upto {
-            let taken = match &mut self.active {
-                Some(a) if !a.closing && a.parts[k].stop_at.is_none_or(|s| seq < s) => {
-                    a.offer(k, &ring, seq, self.big_endian, now_wall)
+            let mut taken = false;
+            let open = |a: &Active| !a.closing && a.parts[k].stop_at.is_none_or(|s| seq < s);
+            if self.active.iter().any(open) {
+                if let Some((h, point)) = frame_at(&ring, seq, self.big_endian) {
+                    for a in self.active.iter_mut().filter(|a| open(a)) {
+                        if a.offer(k, &ring, seq, &h, point, now_wall) {
+                            taken = true;
+                            break;
+                        }
+                    }
                 }
-                _ => false,
-            };
+            }
             if !taken {
                 self.inputs[k].outside_frames += 1;
             }
@@ -393,7 +458,7 @@ impl GateLoop {
         input.pos = upto;
         input.done = capture_done && upto == end;
         let mut low = upto;
-        if let Some(a) = &mut self.active {
+        for a in &mut self.active {
             a.collect_done();
             if !a.closing {
                 a.relieve(k, &ring, upto);
@@ -407,7 +472,7 @@ impl GateLoop {
     }
 
     fn activate(&mut self, mut plan: ScanPlan) {
-        self.disks.begin_scan();
+        self.disks.begin_scan(&plan.name, self.active.is_empty());
         let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
         let (done_tx, done_rx) = crossbeam_channel::unbounded();
         let writers = Writers::start(
@@ -471,33 +536,18 @@ impl GateLoop {
                 a.lay_out(k, r);
             }
         }
-        self.active = Some(a);
-    }
-
-    fn disk_summaries(&self) -> Vec<DiskSummary> {
-        self.disks
-            .disks
-            .iter()
-            .map(|d| {
-                let s = d.state.lock().unwrap();
-                DiskSummary {
-                    path: d.path.display().to_string(),
-                    bytes: s.scan_frame_bytes,
-                    chunks: s.scan_chunks,
-                    dropped: s.dropped.clone(),
-                }
-            })
-            .collect()
+        self.active.push(a);
     }
 
     fn publish(&mut self, s: ScanSummary) {
         self.written_before += s.bytes_written;
         let (m, cv) = &*self.board;
         let mut b = m.lock().unwrap();
+        b.active.retain(|a| a.0 != s.name);
         b.finished.push(s);
-        b.active = None;
-        self.inputs[0].shared.set_scan(None);
-        self.disks_shown = None;
+        self.inputs[0]
+            .shared
+            .set_scan(b.active.first().map(|a| a.0.clone()));
         cv.notify_all();
     }
 
@@ -519,20 +569,17 @@ impl GateLoop {
         let format = a.plan.format;
         let first_base = a.parts.iter().find_map(|p| p.base.clone());
         let frame_size = first_base.as_ref().map_or(0, |b| b.frame_size);
-        let mut chunks_per_disk = vec![0u64; self.disks.disks.len()];
+        // The writers are done: what the scan has on each disk is final.
+        let mut on_disks = self.disks.end_scan(&a.plan.name);
+        let mut chunks_per_disk: Vec<u64> = on_disks.iter().map(|d| d.chunks).collect();
         if format != Format::Vbs {
             // Every Mark6 file of the scan names the scan's largest block.
-            let block_size = self
-                .disks
-                .disks
+            let block_size = on_disks
                 .iter()
-                .flat_map(|d| {
-                    let s = d.state.lock().unwrap();
-                    s.open.iter().map(|o| o.largest_block).collect::<Vec<_>>()
-                })
+                .flat_map(|d| d.open.iter().map(|o| o.largest_block))
                 .max()
                 .unwrap_or(0);
-            for (i, d) in self.disks.disks.iter().enumerate() {
+            for (i, d) in on_disks.iter_mut().enumerate() {
                 let closed = chunk::close_scan_files(d, format, frame_size, block_size);
                 chunks_per_disk[i] = closed.files.len() as u64;
                 for (path, bytes) in closed.files {
@@ -607,12 +654,18 @@ impl GateLoop {
             }
             streams.push(s);
         }
-        let mut disks = self.disk_summaries();
-        for (d, n) in disks.iter_mut().zip(chunks_per_disk) {
-            if format != Format::Vbs {
-                d.chunks = n;
-            }
-        }
+        let disks: Vec<DiskSummary> = self
+            .disks
+            .disks
+            .iter()
+            .zip(on_disks.iter().zip(chunks_per_disk))
+            .map(|(d, (on, chunks))| DiskSummary {
+                path: d.path.display().to_string(),
+                bytes: on.frame_bytes,
+                chunks,
+                dropped: d.state.lock().unwrap().dropped.clone(),
+            })
+            .collect();
         let iso = |p: Option<FramePoint>| p.map(|p| frame_time(p, fps_seen).iso());
         if a.frames == 0 {
             notes.push(
@@ -756,6 +809,7 @@ impl Active {
         });
         self.parts[k].base = Some(ScanOut {
             name: plan.name.clone(),
+            scan: plan.name.clone(),
             format: plan.format,
             frame_size: fs,
             direct: plan.direct,
@@ -764,26 +818,17 @@ impl Active {
         });
     }
 
-    /// Takes frame `seq` of stream `k` into the scan if its time lies in the window; false if
-    /// not.
+    /// Takes frame `seq` of stream `k` (header `h`, at `point`) into the scan if its time
+    /// lies in the window; false if not.
     fn offer(
         &mut self,
         k: usize,
         ring: &Arc<Ring>,
         seq: u64,
-        big_endian: bool,
+        h: &Header,
+        point: FramePoint,
         now_wall: f64,
     ) -> bool {
-        // SAFETY: `seq` is published and not yet released (the gate releases it later).
-        let bytes = unsafe { ring.frames(seq, 1) };
-        let parsed = if big_endian {
-            Header::parse_unchecked(&swapped_header(bytes))
-        } else {
-            Header::parse_unchecked(bytes)
-        };
-        // The capture accepted only frames with a valid header.
-        let Ok(h) = parsed else { return false };
-        let point = (utc_unix(h.ref_epoch(), h.seconds()), h.frame_nr());
         match self.plan.window.place(point) {
             Place::Before => false,
             Place::After => {
@@ -796,12 +841,12 @@ impl Active {
                 self.last_inside = Some(Instant::now());
                 let part = &mut self.parts[k];
                 part.acc.set_wall_clock(now_wall);
-                part.acc.frame(&h, Fate::Buffered);
+                part.acc.frame(h, Fate::Buffered);
                 part.frames += 1;
                 self.frames += 1;
                 self.first_frame = Some(self.first_frame.map_or(point, |f| f.min(point)));
                 self.last_frame = Some(self.last_frame.map_or(point, |l| l.max(point)));
-                let d = self.stream_of(k, &h, ring.tag(seq));
+                let d = self.stream_of(k, h, ring.tag(seq));
                 self.append(d, ring, seq, point);
                 true
             }
@@ -995,6 +1040,21 @@ impl Active {
             (a, b) => a.or(b),
         }
     }
+}
+
+/// Frame `seq`'s header and its place in the stream; None for a header that does not parse
+/// (the capture accepted only frames with a valid one).
+fn frame_at(ring: &Ring, seq: u64, big_endian: bool) -> Option<(Header, FramePoint)> {
+    // SAFETY: `seq` is published and not yet released (the gate releases it later).
+    let bytes = unsafe { ring.frames(seq, 1) };
+    let parsed = if big_endian {
+        Header::parse_unchecked(&swapped_header(bytes))
+    } else {
+        Header::parse_unchecked(bytes)
+    };
+    let h = parsed.ok()?;
+    let point = (utc_unix(h.ref_epoch(), h.seconds()), h.frame_nr());
+    Some((h, point))
 }
 
 /// The VDIF time of a frame of a stream of `fps` frames per second per thread (0: not known
