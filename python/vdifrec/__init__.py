@@ -32,10 +32,12 @@ from .analysis.spectrum import Spectrum, spectrum
 from .analysis.tones import Tone, find_tones
 from .live import LiveLook
 from .reader import Reader, decode, open
+from .observing import ScanResult, SessionSummary, observe
 from .recorder import Recorder
 from .remote import RemoteStatus, RemoteStatuses
 from .reports import DiskRecord, FileRecord, ScanSummary, SecondRow, Stats, Summary, ThreadSecond
 from .scans import gather, repair, scans
+from .schedule import Schedule, ScheduledScan, ScheduleError, VexError
 from .sources import Sender, generate, send
 from .transfer import PushProgress, Receiver, TransferError, push
 from .views import RingFrames
@@ -78,6 +80,11 @@ __all__ = [
     "RemoteStatus",
     "RemoteStatuses",
     "SAMPLE_VDIF",
+    "ScanResult",
+    "SessionSummary",
+    "Schedule",
+    "ScheduleError",
+    "ScheduledScan",
     "SecondRow",
     "Sender",
     "SenderError",
@@ -93,6 +100,7 @@ __all__ = [
     "TransferError",
     "VSIClient",
     "VSIError",
+    "VexError",
     "__version__",
     "bstate",
     "check",
@@ -101,6 +109,7 @@ __all__ = [
     "find_tones",
     "fringe",
     "gather",
+    "observe",
     "generate",
     "open",
     "push",

@@ -202,12 +202,16 @@ class Recorder:
     def finished(self) -> bool: ...
     def start_scan(self, name: str, start: str | None = None, stop: str | None = None) -> str:
         """Starts a scan (bounds as UTC text); the name used on disk."""
-    def stop_scan(self, timeout: float | None = None) -> str | None:
-        """Ends the running scan; its summary as JSON once on disk (None: timeout first)."""
-    def wait_scan(self, timeout: float | None = None) -> str | None:
-        """Waits for the running scan to end; its summary as JSON (None: still running)."""
+    def stop_scan(self, timeout: float | None = None, name: str | None = None) -> str | None:
+        """Ends the running scan (and those queued; with ``name`` only that one); its summary as JSON once on disk (None: timeout first)."""
+    def wait_scan(self, timeout: float | None = None, name: str | None = None) -> str | None:
+        """Waits for the running scan (or scan ``name``) to end; its summary as JSON (None: still running, or no such scan)."""
     def active_scan(self) -> str | None:
         """The scan running (or being written out), if any."""
+    def queued_scans(self) -> list[str]:
+        """Every scan running or queued, in order."""
+    def set_observation(self, document: str | None = None) -> None:
+        """The observation document (JSON) the status serves; None clears it."""
     def notes(self) -> list[str]: ...
     def status_address(self) -> tuple[str, int] | None: ...
     @property

@@ -221,20 +221,38 @@ class Recorder:
             seconds since it), POSIX seconds, or VDIF time as ``(ref_epoch, seconds)``. Without ``start`` the scan begins with
             the next frame; without ``stop`` it runs until ``stop_scan()``. With ``stop`` it ends
             by itself: ``wait_scan()`` returns its summary.
+
+        A scan that starts at or after the stop of every scan running or queued is queued
+        behind them (:attr:`queued_scans`): scans back to back lose no frame between them, each
+        frame going to the scan whose window holds it. Any other scan while one runs is refused.
         """
         return self._core.start_scan(name, _utc_text("start", start), _utc_text("stop", stop))
 
-    def stop_scan(self) -> ScanSummary:
-        """Ends the running scan now, waits until it is on disk, and returns its summary."""
-        text = self._core.stop_scan(None)
+    def stop_scan(self, name: str | None = None) -> ScanSummary:
+        """Ends the running scan now (and any queued behind it, which end without a frame),
+        waits until it is on disk, and returns its summary. With ``name``: only that scan."""
+        text = self._core.stop_scan(None, name)
         assert text is not None, "waiting without a timeout returns a summary"
         return ScanSummary.from_dict(json.loads(text))
 
-    def wait_scan(self, timeout: float | None = None) -> ScanSummary | None:
+    def wait_scan(self, timeout: float | None = None, name: str | None = None) -> ScanSummary | None:
         """Waits for the running scan to end by its ``stop`` time (at most ``timeout`` seconds);
-        its summary, or None if it still runs. With no scan running: the last scan's summary."""
-        text = self._core.wait_scan(timeout)
+        its summary, or None if it still runs. With no scan running: the last scan's summary.
+        With ``name`` (as :meth:`start_scan` returned it): that scan's summary once it is on
+        disk, None if it still runs or was never started."""
+        text = self._core.wait_scan(timeout, name)
         return None if text is None else ScanSummary.from_dict(json.loads(text))
+
+    @property
+    def queued_scans(self) -> list[str]:
+        """Every scan running or queued, in order: the first records now (or is still being
+        written out), the others wait for their windows."""
+        return self._core.queued_scans()
+
+    def set_observation(self, document: dict[str, Any] | None) -> None:
+        """What the schedule driving this recorder stands at (``vdifrec observe`` sets it):
+        served as ``observation`` in ``/status`` and counted in ``/metrics``; None clears it."""
+        self._core.set_observation(None if document is None else json.dumps(document))
 
     @property
     def scan(self) -> str | None:

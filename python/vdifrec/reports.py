@@ -149,6 +149,9 @@ class Stats(_Record):
     capture_cpu_s: float
     capture_setup_cpu_s: float
     error: str | None
+    frames_per_second_known: bool = False
+    """Whether ``frames_per_second`` is known for sure (given, or learned from the frame number's
+    wrap at a second); until then it is the highest frame number seen plus one, a lower bound."""
     scan_durable_frames: int = 0
     """Frames of the running scan known to be on disk (synced), from its start without a gap:
     what a crash now would leave of it; 0 between scans."""

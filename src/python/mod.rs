@@ -23,6 +23,7 @@ mod file;
 mod fringe;
 mod header;
 mod recorder;
+mod ring_view;
 mod scan;
 mod sources;
 mod spectrum;
@@ -96,7 +97,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<file::FileReader>()?;
     m.add_function(wrap_pyfunction!(file::decode_payloads, m)?)?;
     m.add_class::<recorder::PyRecorder>()?;
-    m.add_class::<recorder::RingView>()?;
+    m.add_class::<ring_view::RingView>()?;
     sources::register(m)?;
     spectrum::register(m)?;
     fringe::register(m)?;

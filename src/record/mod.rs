@@ -8,7 +8,8 @@
 //! and wires them together. The threads share only `shared` (flags, counters, the ring) and
 //! publish `stats`; `status` serves those snapshots over HTTP without ever blocking the capture,
 //! with how full the disks are (`diskspace`, asked of their file systems by the status thread),
-//! the `live` monitor's looks and the `latency` stamps. At the stop the run's `summary` adds up
+//! the `live` monitor's looks, the `latency` stamps and, when a schedule drives the
+//! recording, the `observing` document its script hands over. At the stop the run's `summary` adds up
 //! what each part reports.
 //!
 //! Uses `vdif` (and the small `options`, `units`, `affinity`); never `analysis`, `sources` or
@@ -23,6 +24,7 @@ pub mod diskio;
 pub mod diskspace;
 pub mod latency;
 pub mod live;
+pub mod observing;
 pub mod recorder;
 pub mod ring;
 pub mod scan;

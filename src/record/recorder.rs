@@ -546,21 +546,26 @@ impl Recorder {
     /// behind it end too, without a frame.
     pub fn stop_scan(&self) -> Result<ScanSummary, ScanCommandError> {
         let running = self.active_scan().ok_or(ScanCommandError::NoScan)?;
-        self.end_scan()?;
+        self.end_scan(None)?;
         self.wait_for_scan(&running, None)
             .ok_or(ScanCommandError::NoScan)
     }
 
     /// Asks the running scan, and any queued behind it, to end now (they are then written
-    /// out: see `wait_scan`).
-    pub fn end_scan(&self) -> Result<(), ScanCommandError> {
+    /// out: see `wait_scan`); with `name`, only that scan.
+    pub fn end_scan(&self, name: Option<String>) -> Result<(), ScanCommandError> {
         let Some(gate) = &self.gate else {
             return Err(ScanCommandError::NoDisks);
         };
-        if gate.active().is_none() {
+        let queued = gate.queued();
+        if queued.is_empty()
+            || name
+                .as_ref()
+                .is_some_and(|n| !queued.iter().any(|q| q.0 == *n))
+        {
             return Err(ScanCommandError::NoScan);
         }
-        gate.stop_scan();
+        gate.stop_scan(name);
         Ok(())
     }
 

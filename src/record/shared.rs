@@ -65,6 +65,8 @@ struct Common {
     scan_durable: Mutex<Option<ScanDurable>>,
     /// Scans no recorder closed, found on the disks at start (a crash), for the status.
     unclosed: Mutex<Vec<UnclosedScan>>,
+    /// The observation a schedule drives, as its script last told it, for the status.
+    observation: Mutex<Option<crate::record::observing::Observation>>,
 }
 
 /// State shared by the recorder, the capture thread, the writer thread and the status server
@@ -137,6 +139,7 @@ impl Shared {
             scan_disks: Mutex::new(Vec::new()),
             scan_durable: Mutex::new(None),
             unclosed: Mutex::new(Vec::new()),
+            observation: Mutex::new(None),
         });
         Shared::with_common(has_writer, common)
     }
@@ -359,6 +362,14 @@ impl Shared {
     }
     pub fn unclosed_scans(&self) -> Vec<UnclosedScan> {
         self.common.unclosed.lock().unwrap().clone()
+    }
+
+    /// The observation a schedule drives (`vdifrec observe`), as its script tells it.
+    pub fn set_observation(&self, o: Option<crate::record::observing::Observation>) {
+        *self.common.observation.lock().unwrap() = o;
+    }
+    pub fn observation(&self) -> Option<crate::record::observing::Observation> {
+        self.common.observation.lock().unwrap().clone()
     }
 
     // -- what the threads report ------------------------------------------------------

@@ -229,6 +229,7 @@ impl Serialize for Stats {
             psn_out_of_order: c.psn_out_of_order,
             frame_size: c.frame_size,
             frames_per_second: c.frames_per_second,
+            frames_per_second_known: c.frames_per_second_known,
             bytes_received: c.bytes_received,
             bytes_buffered: self.bytes_buffered,
             bytes_written: self.bytes_written,
@@ -273,6 +274,8 @@ struct StatsShape<'a> {
     psn_out_of_order: u64,
     frame_size: usize,
     frames_per_second: u32,
+    /// Whether `frames_per_second` is known for sure, not yet a lower bound.
+    frames_per_second_known: bool,
     bytes_received: u64,
     bytes_buffered: u64,
     bytes_written: u64,

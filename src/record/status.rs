@@ -58,6 +58,9 @@ struct Status<'a> {
     /// Scans no recorder closed that were on the disks when the recorder started (a crash
     /// left them): name, format, disks, whole frames and bytes, torn bytes, the note.
     unclosed_scans: Vec<crate::record::scan::unclosed::UnclosedScan>,
+    /// The observation a schedule drives (`vdifrec observe`): the scan recording now, the
+    /// next, those finished with their results; null when no schedule drives the recorder.
+    observation: Option<crate::record::observing::Observation>,
     /// Fill of the fullest disk (0..1); null when monitoring.
     disk_fill: Option<f64>,
     disks: &'a [DiskSpace],
@@ -254,6 +257,7 @@ pub fn status_json(streams: &[Arc<Shared>], disks: &[DiskSpace], rates: Rates) -
         // The snapshot's, read before its bytes written: never more than they.
         scan_durable: stats.scan_durable.as_ref(),
         unclosed_scans: shared.unclosed_scans(),
+        observation: shared.observation(),
         disk_fill: diskspace::fullest(disks),
         disks,
         start_time: iso(shared.started_unix()),
@@ -455,6 +459,35 @@ pub fn metrics(streams: &[Arc<Shared>], disks: &[DiskSpace]) -> String {
             "VDIF time of the last frame of the running scan known to be on disk, POSIX seconds.",
             &[("", t)],
         );
+    }
+    if let Some(o) = shared.observation() {
+        metric(
+            "vdifrec_schedule_scans",
+            "gauge",
+            "Scans of the schedule for this station: planned, recorded (whole, as scheduled), missed (not recorded or cut short), mismatched (the stream was not the schedule's mode).",
+            &[
+                ("{state=\"planned\"}", o.scans_planned as f64),
+                ("{state=\"recorded\"}", o.scans_recorded as f64),
+                ("{state=\"missed\"}", o.scans_missed as f64),
+                ("{state=\"mismatched\"}", o.scans_mismatched as f64),
+            ],
+        );
+        if let Some(c) = o.clock_offset_s {
+            metric(
+                "vdifrec_clock_offset_seconds",
+                "gauge",
+                "VDIF time of the stream minus the host clock (positive: the formatter is ahead).",
+                &[("", c)],
+            );
+        }
+        if let Some(n) = &o.next {
+            metric(
+                "vdifrec_next_scan_start_seconds",
+                "gauge",
+                "Start of the next scan's recording window, POSIX seconds.",
+                &[("", n.window_start_unix)],
+            );
+        }
     }
     metric(
         "vdifrec_current_file_bytes",
@@ -721,6 +754,32 @@ mod tests {
         assert!(m.contains("\nvdifrec_scan_durable_frames 256\n"));
         assert!(m.contains("\nvdifrec_scan_durable_bytes 2105344\n"));
         assert!(m.contains("\nvdifrec_scan_durable_vdif_time_seconds 1782866000.0255\n"));
+        assert!(doc["observation"].is_null() && !m.contains("vdifrec_schedule_scans"));
+    }
+
+    #[test]
+    fn an_observation_is_served_and_counted() {
+        let shared = vec![Arc::new(Shared::new(true))];
+        let o = crate::record::observing::Observation::from_json(
+            r#"{"experiment": "vr26a", "station": "Ky", "scans_planned": 3, "scans_recorded": 1,
+                "scans_missed": 1, "clock_offset_s": -2.0,
+                "next": {"name": "No0003", "window_start_unix": 1782866010.0}}"#,
+        )
+        .unwrap();
+        shared[0].set_observation(Some(o));
+        let doc: serde_json::Value =
+            serde_json::from_str(&status_json(&shared, &[], Rates::default())).unwrap();
+        assert_eq!(doc["observation"]["station"], "Ky");
+        assert_eq!(doc["observation"]["next"]["name"], "No0003");
+        let m = metrics(&shared, &[]);
+        assert!(
+            m.contains("\nvdifrec_schedule_scans{state=\"planned\"} 3\n"),
+            "{m}"
+        );
+        assert!(m.contains("\nvdifrec_schedule_scans{state=\"missed\"} 1\n"));
+        assert!(m.contains("\nvdifrec_schedule_scans{state=\"mismatched\"} 0\n"));
+        assert!(m.contains("\nvdifrec_clock_offset_seconds -2\n"));
+        assert!(m.contains("\nvdifrec_next_scan_start_seconds 1782866010\n"));
     }
 
     #[test]

@@ -47,7 +47,8 @@ const STOP_GRACE: Duration = Duration::from_millis(500);
 
 enum Command {
     Start(Box<ScanPlan>),
-    Stop,
+    /// End this scan (None: every scan running or queued) now.
+    Stop(Option<String>),
 }
 
 /// What the gate tells the recorder: the scans running or queued (in order, with their
@@ -136,14 +137,17 @@ impl Gate {
     pub fn start_scan(&self, plan: ScanPlan) {
         let mut b = self.board.0.lock().unwrap();
         b.active.push((plan.name.clone(), plan.window));
-        self.shared.set_scan(b.active.first().map(|a| a.0.clone()));
+        // The status names the first; a scan queued behind it changes nothing there.
+        if b.active.len() == 1 {
+            self.shared.set_scan(Some(plan.name.clone()));
+        }
         drop(b);
         let _ = self.commands.send(Command::Start(Box::new(plan)));
     }
 
-    /// Asks every scan running or queued to end now.
-    pub fn stop_scan(&self) {
-        let _ = self.commands.send(Command::Stop);
+    /// Asks every scan running or queued (or only scan `name`) to end now.
+    pub fn stop_scan(&self, name: Option<String>) {
+        let _ = self.commands.send(Command::Stop(name));
     }
 
     /// Waits until scan `name` is on disk and returns its summary; None when `timeout`
@@ -204,7 +208,7 @@ impl Gate {
     /// Waits for the gate to finish (the capture must have ended): a running scan is closed
     /// and written out first.
     pub fn join(&mut self) {
-        let _ = self.commands.send(Command::Stop);
+        let _ = self.commands.send(Command::Stop(None));
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
@@ -317,10 +321,12 @@ impl GateLoop {
             while let Ok(c) = self.commands.try_recv() {
                 match c {
                     Command::Start(p) => self.activate(*p),
-                    Command::Stop => {
+                    Command::Stop(name) => {
                         // Frames already buffered when the stop came belong to the scans: they
                         // take them up to each write index now, then close.
-                        for a in &mut self.active {
+                        let named =
+                            |a: &&mut Active| name.as_ref().is_none_or(|n| *n == a.plan.name);
+                        for a in self.active.iter_mut().filter(named) {
                             for (part, input) in a.parts.iter_mut().zip(&self.inputs) {
                                 part.stop_at.get_or_insert(
                                     input.ring.as_ref().map_or(0, |r| r.write_seq()),

@@ -1,0 +1,365 @@
+"""An observation run from its schedule: the recorder receives all the time; each scan of the
+station is queued into it shortly before its window, as a scan gated by VDIF time that holds
+exactly the frames of ``[start + data_good, start + data_stop)``. Two scans are queued at a
+time, so that scans back to back lose no frame between them. Before each scan the arriving
+stream is checked against the scan's mode and the host clock; each finished scan is reported
+(and shipped, when asked) while the next one records.
+
+A session restarted with the same schedule and disks leaves the scans already on the disks
+alone, records the rest, and joins a scan under way from now on (under jive5ab's suffix rule
+when part of it is on the disks), saying so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..recorder import Recorder
+from ..reports import ScanSummary
+from ..scans import expand_disks
+from ..scans import scans as scans_on_disks
+from ..schedule import Schedule, ScheduleError
+from ..schedule.model import iso
+from .checks import CLOCK_LIMIT_S, clock_warning, mismatches, stream_seen
+from .results import BEFORE, INTERRUPTED, MISSED, NOT_OK, RECORDED, RECORDING, WAITING, ScanResult, SessionSummary
+from .shipping import Shipper
+
+#: A scan is queued into the recorder this long before its window starts (the stream is
+#: checked against its mode then).
+LEAD_S = 5.0
+#: Scans in the recorder at once: the one recording and the next.
+QUEUE_DEPTH = 2
+#: A scan whose window ended this long ago and that has not closed (no frame past its stop
+#: arrives: the stream stopped) is closed with what it has.
+STALL_S = 3.0
+#: A scan on the disks whose frames reach this close to its window's ends is complete.
+EDGE_S = 0.1
+#: The status's observation document is renewed this often (seconds).
+STATUS_EVERY_S = 0.5
+
+
+def _unix(t: dt.datetime) -> float:
+    return t.timestamp()
+
+
+def _covers(found: dict[str, Any], s: Any) -> bool:
+    """Whether a scan found on the disks is complete: closed, from the window's first frame to
+    its last (within ``EDGE_S``: a frame or two lost at an edge leaves it complete; to the
+    second where the disks do not tell the frame rate)."""
+    first, last = found.get("first"), found.get("last")
+    if not found.get("closed") or not first or not last:
+        return False
+    t0 = _iso_unix(first["time"])
+    # A time to the second only (the reader did not learn the frame rate): the whole second.
+    t1 = _iso_unix(last["time"]) + (0.0 if "." in last["time"] else 1.0)
+    return t0 <= _unix(s.window_start) + EDGE_S and t1 >= _unix(s.window_stop) - EDGE_S
+
+
+def _iso_unix(text: str) -> float:
+    """POSIX seconds of ISO 8601 UTC text to the nanosecond (``2026-03-05T12:00:01.000008``)."""
+    whole, _, fraction = text.rstrip("Z").partition(".")
+    t = dt.datetime.fromisoformat(whole).replace(tzinfo=dt.timezone.utc).timestamp()
+    return t + (float("0." + fraction) if fraction else 0.0)
+
+
+class Session:
+    """One run of a schedule at one station (see :func:`observe`)."""
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        station: str,
+        recorder_options: dict[str, Any],
+        disks: list[str],
+        from_scan: str | None = None,
+        shipper: Shipper | None = None,
+        on_line: Callable[[str], None] | None = None,
+        clock_limit_s: float = CLOCK_LIMIT_S,
+        lead_s: float = LEAD_S,
+    ) -> None:
+        self.schedule, self.disks = schedule, disks
+        self.options = recorder_options
+        self.shipper = shipper
+        self.say = on_line or (lambda _line: None)
+        self.clock_limit_s, self.lead_s = clock_limit_s, lead_s
+        planned = [s for s in schedule.scans(station) if s.record]
+        if from_scan is not None:
+            names = [s.name for s in planned]
+            if from_scan not in names:
+                raise ScheduleError(f"from_scan: no scan {from_scan} for {station} in {schedule.source}; its scans: {', '.join(names) or 'none'}")
+            planned = planned[names.index(from_scan) :]
+        code = schedule.station(station).code
+        self.summary = SessionSummary(
+            schedule=os.fspath(schedule.source),
+            experiment=schedule.experiment,
+            station=code,
+            scans=[ScanResult(s, disk_name=s.disk_name, frames_expected=s.expected_frames) for s in planned],
+        )
+        self.recorder: Recorder | None = None
+        self.queued: list[ScanResult] = []
+        self._status_at = 0.0
+        self._clock_warned: float | None = None
+
+    # -- before the first scan ---------------------------------------------------------
+    def _sort_out(self, now: float) -> None:
+        """Scans the session cannot or need not record, said before it starts."""
+        on_disks = {s["name"]: s for s in scans_on_disks(self.disks)}
+        for r in self.summary.scans:
+            s, found = r.scan, on_disks.get(r.scan.disk_name)
+            if s.format is None or not s.format.is_vdif:
+                kind = "no recording format" if s.format is None else f"{s.format.kind}: not VDIF"
+                r.state, r.why = MISSED, f"mode {s.mode}: {kind}, vdifrec records VDIF only"
+            elif s.name_problem:
+                r.state, r.why = MISSED, s.name_problem
+            elif found is not None and _covers(found, s):
+                r.state, r.why = BEFORE, f"{s.disk_name} is on the disks, closed, over its whole window: left alone"
+            elif _unix(s.window_stop) <= now:
+                r.state = MISSED
+                r.why = "its window had passed when the session started"
+                if found is not None:
+                    r.why += f"; {s.disk_name} is on the disks, never closed (see vdifrec scans --repair)"
+            if r.state != WAITING:
+                self.say(r.line())
+
+    # -- the session ---------------------------------------------------------------------
+    def run(self) -> SessionSummary:
+        self._sort_out(time.time())
+        if not any(r.state == WAITING for r in self.summary.scans):
+            self.summary.ended = iso(dt.datetime.now(dt.timezone.utc))
+            return self.summary
+        rec = Recorder(**self.options, disks=list[str | os.PathLike[str]](self.disks))
+        rec.start()
+        self.recorder = rec
+        self.say(f"listening on {rec.listening}")
+        if rec.status_address is not None:
+            host, port = rec.status_address
+            self.say(f"status on http://{host}:{port}/status and /metrics")
+        try:
+            self._follow(rec)
+        except KeyboardInterrupt:
+            self.summary.interrupted = True
+            self._interrupt(rec)
+        finally:
+            self._finish_shipping()
+            self._show(rec, force=True)
+            rec.stop()
+            self.summary.ended = iso(dt.datetime.now(dt.timezone.utc))
+        return self.summary
+
+    def _follow(self, rec: Recorder) -> None:
+        waiting = [r for r in self.summary.scans if r.state == WAITING]
+        while waiting or self.queued:
+            now = time.time()
+            while waiting and len(self.queued) < QUEUE_DEPTH and _unix(waiting[0].scan.window_start) - now <= self.lead_s:
+                self._queue(rec, waiting.pop(0), now)
+            for r in self.queued:
+                self._check_stream(rec, r)
+            if self.queued:
+                head = self.queued[0]
+                if head.state == WAITING and now >= _unix(head.scan.window_start):
+                    head.state = RECORDING
+                got = rec.wait_scan(timeout=0.0, name=head.disk_name)
+                if got is None and now > _unix(head.scan.window_stop) + STALL_S:
+                    # No frame past its stop arrives: the stream stopped. What it has is kept.
+                    got = rec.stop_scan(name=head.disk_name)
+                    head.why = "no frame past the window's stop arrived: closed with what had arrived"
+                if got is not None:
+                    self.queued.pop(0)
+                    self._done(head, got, rec)
+            self._show(rec)
+            time.sleep(0.05)
+
+    def _queue(self, rec: Recorder, r: ScanResult, now: float) -> None:
+        """Scan ``r`` into the recorder, its stream checked first."""
+        s = r.scan
+        stop = _unix(s.window_stop)
+        if stop <= now:
+            r.state, r.why = MISSED, "its window passed before it could be queued"
+            self.say(r.line())
+            return
+        self._check_stream(rec, r)
+        start: float | None = _unix(s.window_start)
+        if self.queued:
+            before = self.queued[-1].scan
+            if _unix(before.window_stop) > (start or 0.0):
+                r.why = f"its window overlaps {before.name}'s: recorded from {iso(before.window_stop)}"
+                start = _unix(before.window_stop)
+        elif start is not None and start < now:
+            # Under way: from now on (frames before now have gone by).
+            start = None
+            r.joined_at = iso(dt.datetime.now(dt.timezone.utc))
+        r.disk_name = rec.start_scan(s.disk_name, start=start, stop=stop)
+        if r.joined_at is not None:
+            r.state = RECORDING
+            r.why = f"joined under way: recorded from {r.joined_at}, the window's start is not on disk"
+        if r.disk_name != s.disk_name:
+            r.why = f"{r.why}; " if r.why else ""
+            r.why += f"recorded as {r.disk_name} ({s.disk_name} is on the disks already)"
+        self.queued.append(r)
+        self.say(f"queued {s.name} as {r.disk_name}: {iso(s.window_start)} to {iso(s.window_stop)}")
+
+    def _check_stream(self, rec: Recorder, r: ScanResult, final: bool = False) -> None:
+        """The arriving stream against scan ``r``'s mode, until a check is conclusive: frames
+        have arrived for a whole second (the frame rate is known), or ``final`` (the scan ended)."""
+        if r.checked:
+            return
+        seen = stream_seen(rec)
+        if seen is not None and seen.frames_per_second:
+            self._check_clock(seen.clock_offset)
+        if not final and (seen is None or seen.frames_per_second == 0):
+            return
+        assert r.scan.format is not None
+        r.checked = True
+        r.mismatch = mismatches(r.scan.format, seen)
+        if r.mismatch:
+            what = "; ".join(r.mismatch)
+            self.summary.warnings.append(f"{r.scan.name}: the stream is NOT the schedule's mode {r.scan.mode}: {what} (recorded all the same)")
+            self.say(f"MISMATCH {r.scan.name}: the stream is NOT the schedule's mode {r.scan.mode}: {what}")
+
+    def _check_clock(self, offset: float) -> None:
+        self.summary.clock_offset_s = round(offset, 6)
+        warning = clock_warning(offset, self.clock_limit_s)
+        if warning is not None and (self._clock_warned is None or abs(offset - self._clock_warned) > self.clock_limit_s):
+            self._clock_warned = offset
+            self.summary.warnings.append(warning)
+            self.say(f"WARNING {warning}")
+
+    def _done(self, r: ScanResult, got: ScanSummary, rec: Recorder) -> None:
+        """Scan ``r`` is closed and on disk: its verdict, its line, its shipping."""
+        r.summary = got
+        self._check_stream(rec, r, final=True)
+        if r.joined_at is not None and got.first_frame and r.scan.format is not None:
+            f = r.scan.format
+            seconds = _unix(r.scan.window_stop) - _iso_unix(got.first_frame)
+            r.frames_expected = round(seconds * (f.frames_per_second or 0)) * max(len(f.threads), 1)
+        if r.state == INTERRUPTED:
+            pass
+        elif got.ok and r.joined_at is None and not r.why.startswith("no frame past"):
+            r.state = RECORDED
+        else:
+            r.state = NOT_OK
+            if not got.ok:
+                causes = ", ".join(f"{k} {v}" for k, v in r.lost.items())
+                detail = got.error or (f"frames lost ({causes})" if causes else "not all of it is known to be on disk")
+                r.why = f"{r.why}; {detail}" if r.why else detail
+        self.say(r.line())
+        if self.shipper is not None and got.frames > 0:
+            r.shipped = "queued"
+            self.shipper.ship(r.disk_name)
+
+    def _interrupt(self, rec: Recorder) -> None:
+        """Ctrl-C or SIGTERM: the scan recording is closed cleanly, the rest are not recorded."""
+        for k, r in enumerate(self.queued):
+            began = k == 0 and r.state == RECORDING
+            got = rec.stop_scan(name=r.disk_name)
+            r.state = INTERRUPTED
+            if began:
+                r.why = f"the session was stopped while it recorded: {got.frames} frames on disk, closed cleanly"
+                self._done(r, got, rec)
+            else:
+                r.summary = got
+                r.why = "the session was stopped before it began"
+                self.say(r.line())
+        self.queued = []
+        for r in self.summary.scans:
+            if r.state == WAITING:
+                r.state, r.why = INTERRUPTED, "the session was stopped before it began"
+
+    def _finish_shipping(self) -> None:
+        if self.shipper is None:
+            return
+        self.say("waiting for the scans being shipped")
+        try:
+            self.shipper.finish()
+        except KeyboardInterrupt:
+            pass
+        for r in self.summary.scans:
+            if r.shipped:
+                r.shipped = self.shipper.state(r.disk_name) or r.shipped
+                if r.shipped != "verified":
+                    self.say(f"{r.scan.name}: shipping {r.shipped}")
+
+    def _show(self, rec: Recorder, force: bool = False) -> None:
+        """The status's observation document, renewed every ``STATUS_EVERY_S``."""
+        now = time.time()
+        if not force and now - self._status_at < STATUS_EVERY_S:
+            return
+        self._status_at = now
+        if self.shipper is not None:
+            for r in self.summary.scans:
+                if r.shipped:
+                    r.shipped = self.shipper.state(r.disk_name) or r.shipped
+        if self.queued and self.queued[0].state == RECORDING and self.queued[0].summary is None:
+            seen = stream_seen(rec)
+            if seen is not None and seen.frames_per_second:
+                self._check_clock(seen.clock_offset)
+        rec.set_observation(self.summary.to_status(now))
+
+
+def observe(
+    schedule: Schedule | str | os.PathLike[str],
+    station: str,
+    *,
+    disks: str | os.PathLike[str] | list[str | os.PathLike[str]],
+    format: str | None = None,
+    from_scan: str | None = None,
+    ship_to: str | None = None,
+    token_file: str | os.PathLike[str] | None = None,
+    ship_rate: str | None = None,
+    summary_json: str | os.PathLike[str] | None = None,
+    on_line: Callable[[str], None] | None = None,
+    clock_limit_s: float = CLOCK_LIMIT_S,
+    **recorder_options: Any,
+) -> SessionSummary:
+    """Runs the station's part of an observation from its VEX schedule, and returns the
+    session's summary.
+
+    Parameters
+    ----------
+    schedule : Schedule, or the path of a VEX file (1.5 or 2.0).
+    station : the station's code (``Ky``), as the schedule's ``$STATION`` names it.
+    disks : directories (mount points) to record the scans to, or a glob.
+    format : the scans' layout on disk: ``file``, ``vbs`` or ``mk6`` (default: vbs with several
+        disks, else file).
+    from_scan : start at this scan of the schedule (those before it are not recorded).
+    ship_to, token_file, ship_rate : push each finished scan to a receiver (``vdifrec
+        receive``) at ``HOST:PORT`` while the next records, at low priority and within the rate
+        (``"2Gbps"``); the summary says per scan whether it arrived verified.
+    summary_json : also write the session summary there, as JSON.
+    on_line : called with each line for the operator (a scan's result, a warning).
+    clock_limit_s : flag a stream whose VDIF time is further than this from the host clock.
+    **recorder_options : how the stream is received, as :class:`Recorder` takes them
+        (``port``, ``bind``, ``ring``, ``status_listen``, ...).
+
+    Returns
+    -------
+    SessionSummary
+        Every scan of the station with what became of it (``OK``, ``NOT OK``, ``missed``,
+        ``recorded before``, ``interrupted``), its frames expected and recorded, frames lost
+        by cause, any mismatch with the mode, and its shipping; the warnings; ``ok``.
+
+    Ctrl-C (or SIGTERM, in ``vdifrec observe``) closes the scan recording cleanly and returns
+    the summary so far.
+    """
+    sched = schedule if isinstance(schedule, Schedule) else Schedule.read(schedule)
+    disk_list = expand_disks(disks)
+    options = dict(recorder_options)
+    if format is not None:
+        options["format"] = format
+    shipper = None
+    if ship_to is not None:
+        if token_file is None:
+            raise ScheduleError("token_file: shipping needs the receiver's token: give token_file (--token-file)")
+        shipper = Shipper(ship_to, token_file, disk_list, rate=ship_rate)
+    session = Session(sched, station, options, disk_list, from_scan=from_scan, shipper=shipper, on_line=on_line, clock_limit_s=clock_limit_s)
+    summary = session.run()
+    if summary_json is not None:
+        with open(summary_json, "w") as f:
+            json.dump(summary.to_dict(), f, indent=1)
+            f.write("\n")
+    return summary
