@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.vdifrec-installed
 # The extension is rebuilt (release, incremental) whenever the Rust or the packaging changes.
-SOURCES := $(shell find src -name '*.rs') benches/baseline.rs Cargo.toml Cargo.lock pyproject.toml
+SOURCES := $(shell find src -name '*.rs' -o -name '*.html') benches/baseline.rs Cargo.toml Cargo.lock pyproject.toml
 
 .PHONY: help install demo check test test-rust test-python docs wheel test-wheel bench bench-tiny soak soak-short fuzz lint format clean
 

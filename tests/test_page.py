@@ -439,3 +439,47 @@ def test_the_header_names_the_disks_a_scan_is_written_to(browser: Browser, tmp_p
             sender.stop()
         if rec.running:
             rec.stop()
+
+
+def test_the_schedule_shows_the_scan_now_the_next_and_the_results(browser: Browser, tmp_path: Path) -> None:
+    import time
+
+    import vdifrec
+
+    rec = vdifrec.Recorder(port=0, ring="64MiB", frame_size=8224, disks=[str(tmp_path)],
+                           status_listen="127.0.0.1:0", live=False)
+    rec.start()
+    try:
+        assert rec.status_address is not None
+        base = "http://%s:%d" % rec.status_address
+        browser.open(base + "/")
+        browser.wait_for("window.vdifrecPage.polls >= 1", timeout=20)
+        # No schedule drives the recorder: no schedule section.
+        assert browser.evaluate("document.getElementById('observation').hidden") is True
+        soon = time.time() + 3725  # 1 h 02 min 05 s from now
+        scan = lambda name, **kw: {"name": name, "disk_name": f"VT26A_Ky_{name}", "window_start": "2026-12-02T10:00:00Z",  # noqa: E731
+                                   "window_stop": "2026-12-02T10:00:02Z", "frames_expected": 250000, **kw}
+        rec.set_observation({
+            "schedule": "vt26a.vex", "experiment": "VT26A", "station": "Ky",
+            "recording": scan("s2", progress=0.5),
+            "next": scan("s3", window_start_unix=soon),
+            "finished": [scan("s1", frames_recorded=249990, frames_lost=10, result="NOT OK", why="frames lost (kernel 10)",
+                              shipped="verified")],
+            "scans_planned": 3, "scans_recorded": 0, "scans_missed": 1, "scans_mismatched": 0,
+            "warnings": ["clock: the stream's VDIF time is 2.000 s ahead of the host clock"],
+        })
+        browser.wait_for("!document.getElementById('observation').hidden", timeout=20)
+        text = lambda id_: browser.evaluate(f"document.getElementById({json.dumps(id_)}).textContent")  # noqa: E731
+        assert text("obs-now") == "s2" and text("obs-next") == "s3"
+        assert text("obs-countdown").startswith("starts in 1 h 02 min")
+        assert text("obs-counts") == "0 / 3"
+        assert "2.000 s ahead of the host clock" in text("obs-warnings")
+        row = browser.evaluate("[...document.querySelectorAll('#obs-table tbody td')].map((td) => td.textContent)")
+        assert row[0] == "s1" and row[1] == "VT26A_Ky_s1" and row[5] == "NOT OK: frames lost (kernel 10)" and row[6] == "verified"
+        assert get_status(base)["observation"]["finished"][0]["frames_recorded"] == 249990
+        rec.set_observation(None)
+        browser.wait_for("document.getElementById('observation').hidden", timeout=20)
+        browser.drain()
+        assert browser.errors == []
+    finally:
+        rec.stop()

@@ -398,3 +398,28 @@ def test_docs_station_network_names_only_metrics_that_metrics_exports(cleanup) -
     exported = set(re.findall(r"^# TYPE (\S+) ", vdifrec.RemoteStatus(address(a)).metrics(), re.M))
     named = set(re.findall(r"\bvdifrec_[a-z_]+\b", section))
     assert named and named <= exported, sorted(named - exported)
+
+
+def test_watch_follows_the_schedule_a_recorder_runs(tmp_path, cleanup) -> None:
+    rec = recorder()
+    cleanup.append(rec.stop)
+    scan = lambda name, **kw: {"name": name, "disk_name": f"VT26A_Ky_{name}", "frames_expected": 250000, **kw}  # noqa: E731
+    doc = {"experiment": "VT26A", "station": "Ky", "scans_planned": 3,
+           "recording": scan("s1", progress=0.25), "next": scan("s2", window_start_unix=time.time() + 600)}
+    rec.set_observation(doc)
+    w = Watch(tmp_path, address(rec), "--every", "0.2", "--count", "200")
+    cleanup.append(w.stop)
+    w.wait_for("the scan recording", lambda lines: any("sched s1 25%" in line for line in lines))
+    # s1 ends NOT OK, s2 waits; a clock warning appears: each told once, loudly.
+    doc.update(recording=None, finished=[scan("s1", frames_recorded=249000, result="NOT OK", why="frames lost (kernel 1000)")],
+               warnings=["clock: the stream's VDIF time is 2.000 s ahead of the host clock"])
+    rec.set_observation(doc)
+    w.wait_for("the next scan", lambda lines: any(re.search(r"sched next s2 in \d+ s", line) for line in lines))
+    w.wait_for("the result", lambda lines: any("!!! SCAN NOT OK:" in line for line in lines))
+    w.wait_for("the warning", lambda lines: any("!!! SCHEDULE: clock: the stream's VDIF time is 2.000 s ahead" in line
+                                                for line in lines))
+    time.sleep(1.0)
+    w.stop()
+    told = [line for line in w.lines if "!!! SCAN NOT OK:" in line]
+    assert len(told) == 1 and "scan s1 (VT26A_Ky_s1): NOT OK: frames lost (kernel 1000), frames 249000/250000" in told[0]
+    assert sum("!!! SCHEDULE:" in line for line in w.lines) == 1

@@ -14,6 +14,12 @@ recording), the fill of the fullest of the recording's disks (none when monitori
 A recorder that does not answer says `!!! NO ANSWER: why !!!` in its line, every poll, while
 the others are still polled; a line says when it answers again.
 
+Where a schedule drives the recorder (`vdifrec observe`), each line also says the scan
+recording and how far through its window it is, or the next scan and how long until it starts
+(`sched s2 45%` or `sched next s3 in 12 s`); a line tells of each scan that finishes, with its
+result, and a loud one of a scan not OK or missed, and of each new schedule warning (a stream
+not in the schedule's mode, a clock off).
+
 Either way, a loud line tells of new loss (by cause), of a stream that stopped, of a recorder
 that does not answer or that was restarted. --count bounds the polls; Ctrl-C or SIGTERM ends
 the watch. With --fail-on-loss the last line sums up the loss that appeared during the watch,
@@ -106,6 +112,34 @@ class _Watched:
         """Loss of earlier runs during the watch."""
         self.silent = 0
         """Polls in a row without an answer."""
+        self.scans_told: set[str] | None = None
+        """The schedule's finished scans already told of (None before the first answer)."""
+        self.warnings_told: set[str] | None = None
+        """The schedule's warnings already told of."""
+
+    def schedule_news(self, doc: dict[str, Any], now: str, at: str, out: TextIO) -> list[str]:
+        """Lines for the scans that finished and the warnings that appeared since the last
+        answer (the first answer only sets what was there already)."""
+        o = doc.get("observation")
+        if not o:
+            return []
+        finished = {f["disk_name"]: f for f in o.get("finished", [])}
+        first = self.scans_told is None
+        told, warned = self.scans_told or set(), self.warnings_told or set()
+        lines: list[str] = []
+        if not first:
+            for name, f in finished.items():
+                if name in told:
+                    continue
+                text = (f"{now} scan {f['name']} ({name}){at}: {f['result']}"
+                        f"{': ' + f['why'] if f.get('why') else ''}, frames {f.get('frames_recorded')}/{f.get('frames_expected')}")
+                lines.append(text if f["result"] in ("OK", "recorded before") else _loud(f"{now} !!! SCAN {f['result'].upper()}{at}: {text[len(now) + 1:]} !!!", out))
+            for w in o.get("warnings", []):
+                if w not in warned:
+                    lines.append(_loud(f"{now} !!! SCHEDULE{at}: {w} !!!", out))
+        self.scans_told = told | set(finished)
+        self.warnings_told = warned | set(o.get("warnings", []))
+        return lines
 
     def new_loss(self) -> dict[str, int]:
         """The loss that appeared during the watch, by cause."""
@@ -141,6 +175,22 @@ def _stalled(doc: dict[str, Any], after: float) -> float | None:
     return idle if doc["state"] in ("recording", "waiting") else None
 
 
+def _schedule(doc: dict[str, Any]) -> str:
+    """The schedule's part of a line: the scan recording and its progress, or the next one and
+    when it starts; empty without a schedule."""
+    o = doc.get("observation")
+    if not o:
+        return ""
+    if o.get("recording"):
+        r = o["recording"]
+        progress = r.get("progress")
+        return f"sched {r['name']} {100 * progress:.0f}%  " if progress is not None else f"sched {r['name']}  "
+    if o.get("next"):
+        left = max(0.0, o["next"]["window_start_unix"] - time.time())
+        return f"sched next {o['next']['name']} in {left:.0f} s  "
+    return "sched done  "
+
+
 def _disk(doc: dict[str, Any]) -> str | None:
     """The fullest disk's fill as a percentage, if /status has one."""
     fill = doc.get(DISK_FILL_FIELD)
@@ -153,7 +203,7 @@ def _classic_line(now: str, doc: dict[str, Any], causes: dict[str, int]) -> str:
     st = doc["stats"]
     file_name = (doc["current_file"] or "-").rsplit("/", 1)[-1]
     scan, disk = doc.get(SCAN_FIELD), _disk(doc)
-    station = (f"scan {scan}  " if scan else "") + (f"disk {disk}  " if disk else "")
+    station = (f"scan {scan}  " if scan else "") + (f"disk {disk}  " if disk else "") + _schedule(doc)
     return (f"{now}  VDIF {doc['vdif_time'] or '-'}  frames {st['frames_received']}  "
             f"stream {st['bytes_buffered']} B  file {file_name} {doc['current_file_bytes']} B  {station}"
             f"lost {sum(causes.values())}  {doc['rates']['receive_gbps']:.2f} Gbit/s  [{doc['state']}]")
@@ -165,7 +215,7 @@ def _network_line(now: str, address: str, width: int, doc: dict[str, Any], cause
     disk = _disk(doc) or "-"
     lost = " ".join(f"{k} {v}" for k, v in causes.items())
     return (f"{now}  {address:<{width}}  {doc['state']:<9}  scan {scan}  {doc['rates']['receive_gbps']:.2f} Gbit/s  "
-            f"lost {lost}  disk {disk}")
+            f"lost {lost}  disk {disk}" + (f"  {_schedule(doc).strip()}" if doc.get("observation") else ""))
 
 
 def _summary(now: str, watched: list[_Watched], polls: int, out: TextIO) -> tuple[str, int]:
@@ -227,6 +277,7 @@ def run_watch(a: argparse.Namespace, out: TextIO | None = None) -> int:
                     if new is not None and any(v > 0 for v in new.values()):
                         alerts.append(_loud(f"{now} !!! LOSS{at}: {sum(new.values())} frames since the last poll "
                                             f"({_by_cause(new)}) !!!", out))
+                    alerts.extend(w.schedule_news(doc, now, at, out))
                     idle = _stalled(doc, a.stalled_after)
                     if idle is not None:
                         alerts.append(_loud(f"{now} !!! STREAM STOPPED{at}: no packets for {idle:.0f} s !!!", out))

@@ -12,9 +12,11 @@ when part of it is on the disks), saying so.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,9 +38,11 @@ LEAD_S = 5.0
 QUEUE_DEPTH = 2
 #: A scan whose window ended this long ago and that has not closed (no frame past its stop
 #: arrives: the stream stopped) is closed with what it has.
-STALL_S = 3.0
+STALL_S = 5.0
 #: A scan on the disks whose frames reach this close to its window's ends is complete.
 EDGE_S = 0.1
+#: The clock offset is sampled this often, and judged on the median of this many samples.
+CLOCK_EVERY_S, CLOCK_SAMPLES = 0.2, 5
 #: The status's observation document is renewed this often (seconds).
 STATUS_EVERY_S = 0.5
 
@@ -104,6 +108,8 @@ class Session:
         self.queued: list[ScanResult] = []
         self._status_at = 0.0
         self._clock_warned: float | None = None
+        self._offsets: collections.deque[float] = collections.deque(maxlen=CLOCK_SAMPLES)
+        self._offset_at = 0.0
 
     # -- before the first scan ---------------------------------------------------------
     def _sort_out(self, now: float) -> None:
@@ -157,6 +163,7 @@ class Session:
             now = time.time()
             while waiting and len(self.queued) < QUEUE_DEPTH and _unix(waiting[0].scan.window_start) - now <= self.lead_s:
                 self._queue(rec, waiting.pop(0), now)
+            self._sample_clock(rec)
             for r in self.queued:
                 self._check_stream(rec, r)
             if self.queued:
@@ -209,8 +216,6 @@ class Session:
         if r.checked:
             return
         seen = stream_seen(rec)
-        if seen is not None and seen.frames_per_second:
-            self._check_clock(seen.clock_offset)
         if not final and (seen is None or seen.frames_per_second == 0):
             return
         assert r.scan.format is not None
@@ -221,8 +226,26 @@ class Session:
             self.summary.warnings.append(f"{r.scan.name}: the stream is NOT the schedule's mode {r.scan.mode}: {what} (recorded all the same)")
             self.say(f"MISMATCH {r.scan.name}: the stream is NOT the schedule's mode {r.scan.mode}: {what}")
 
+    def _sample_clock(self, rec: Recorder) -> None:
+        """The stream's VDIF time against the host clock, every ``CLOCK_EVERY_S`` while frames
+        arrive (once the frame rate is known: the time is then to the frame). Warns when it
+        stays past the limit: the median of the last ``CLOCK_SAMPLES`` (a sender or host that
+        stalls for a moment is no clock fault)."""
+        now = time.monotonic()
+        if now - self._offset_at < CLOCK_EVERY_S:
+            return
+        self._offset_at = now
+        seen = stream_seen(rec)
+        if seen is None or not seen.frames_per_second or seen.arrived_unix < time.time() - 1.0:
+            return
+        self._offsets.append(seen.clock_offset)
+        offset = statistics.median(self._offsets)
+        self._check_clock(offset)
+
     def _check_clock(self, offset: float) -> None:
         self.summary.clock_offset_s = round(offset, 6)
+        if len(self._offsets) < CLOCK_SAMPLES:
+            return
         warning = clock_warning(offset, self.clock_limit_s)
         if warning is not None and (self._clock_warned is None or abs(offset - self._clock_warned) > self.clock_limit_s):
             self._clock_warned = offset
@@ -239,7 +262,7 @@ class Session:
             r.frames_expected = round(seconds * (f.frames_per_second or 0)) * max(len(f.threads), 1)
         if r.state == INTERRUPTED:
             pass
-        elif got.ok and r.joined_at is None and not r.why.startswith("no frame past"):
+        elif got.ok and r.joined_at is None:
             r.state = RECORDED
         else:
             r.state = NOT_OK
@@ -294,10 +317,6 @@ class Session:
             for r in self.summary.scans:
                 if r.shipped:
                     r.shipped = self.shipper.state(r.disk_name) or r.shipped
-        if self.queued and self.queued[0].state == RECORDING and self.queued[0].summary is None:
-            seen = stream_seen(rec)
-            if seen is not None and seen.frames_per_second:
-                self._check_clock(seen.clock_offset)
         rec.set_observation(self.summary.to_status(now))
 
 
