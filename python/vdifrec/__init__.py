@@ -37,7 +37,7 @@ from .recorder import Recorder
 from .remote import RemoteStatus, RemoteStatuses
 from .reports import DiskRecord, FileRecord, ScanSummary, SecondRow, Stats, Summary, ThreadSecond
 from .scans import gather, repair, scans
-from .schedule import Schedule, ScheduledScan, ScheduleError, VexError
+from .schedule import RecordingFormat, Schedule, ScheduledScan, ScheduleError, VexError
 from .sources import Sender, generate, send
 from .transfer import PushProgress, Receiver, TransferError, push
 from .views import RingFrames
@@ -75,6 +75,7 @@ __all__ = [
     "PushProgress",
     "Reader",
     "Receiver",
+    "RecordingFormat",
     "Recorder",
     "RecorderError",
     "RemoteStatus",

@@ -34,14 +34,21 @@ class ScanResult:
     """
 
     scan: ScheduledScan
+    """The scan as the schedule has it (window, mode, expected format)."""
     state: str = WAITING
+    """What became of it: ``OK``, ``NOT OK``, ``missed``, ``recorded before``,
+    ``interrupted``; ``waiting`` or ``recording`` during the session."""
     why: str = ""
+    """Why it is not OK or was missed, and what else the operator should know of it."""
     #: The name on disk (the planned one, or with jive5ab's suffix).
     disk_name: str = ""
     #: Joined under way: recorded from this UTC instant, not from the window's start.
     joined_at: str | None = None
     frames_expected: int | None = None
+    """Frames its window holds by the schedule's mode (from the first frame, for a scan joined
+    under way); None where the mode does not say."""
     summary: ScanSummary | None = None
+    """The recorder's summary of the scan on disk (None if it was not recorded)."""
     #: How the arriving stream differed from the schedule's mode when the scan was queued.
     mismatch: list[str] = dataclasses.field(default_factory=list)
     #: Whether the stream has been checked against the mode (``mismatch`` is final).
@@ -51,6 +58,7 @@ class ScanResult:
 
     @property
     def frames(self) -> int | None:
+        """Frames recorded (None if it was not recorded)."""
         return None if self.summary is None else self.summary.frames
 
     @property
@@ -110,6 +118,8 @@ class ScanResult:
         }
 
     def to_dict(self) -> dict[str, Any]:
+        """The scan's result as JSON-ready dict (``--summary-json``): its status fields, the
+        state, where it was joined, loss by cause and the recorder's summary."""
         d = self.to_status()
         d.update(
             state=self.state,
@@ -137,10 +147,12 @@ class SessionSummary:
 
     @property
     def planned(self) -> int:
+        """Scans of the schedule for this station that it records."""
         return len(self.scans)
 
     @property
     def recorded(self) -> int:
+        """Scans recorded whole, as scheduled, in this session."""
         return sum(r.state == RECORDED for r in self.scans)
 
     @property
@@ -150,10 +162,12 @@ class SessionSummary:
 
     @property
     def mismatched(self) -> int:
+        """Scans during which the stream was not the schedule's mode."""
         return sum(bool(r.mismatch) for r in self.scans)
 
     @property
     def shipped_verified(self) -> int:
+        """Scans shipped that arrived verified."""
         return sum(r.shipped == "verified" for r in self.scans)
 
     @property
@@ -184,6 +198,7 @@ class SessionSummary:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """The session as a JSON-ready dict (``--summary-json``): counts, warnings, every scan."""
         return {
             "schedule": self.schedule,
             "experiment": self.experiment,

@@ -127,8 +127,10 @@ class Session:
             elif _unix(s.window_stop) <= now:
                 r.state = MISSED
                 r.why = "its window had passed when the session started"
-                if found is not None:
-                    r.why += f"; {s.disk_name} is on the disks, never closed (see vdifrec scans --repair)"
+                if found is not None and found["closed"]:
+                    r.why += f"; part of it is on the disks as {s.disk_name}"
+                elif found is not None:
+                    r.why += f"; part of it is on the disks as {s.disk_name}, never closed (see vdifrec scans --repair)"
             if r.state != WAITING:
                 self.say(r.line())
 
@@ -340,20 +342,33 @@ def observe(
 
     Parameters
     ----------
-    schedule : Schedule, or the path of a VEX file (1.5 or 2.0).
-    station : the station's code (``Ky``), as the schedule's ``$STATION`` names it.
-    disks : directories (mount points) to record the scans to, or a glob.
-    format : the scans' layout on disk: ``file``, ``vbs`` or ``mk6`` (default: vbs with several
+    schedule : Schedule, str or os.PathLike
+        The schedule, or the path of a VEX file (1.5 or 2.0).
+    station : str
+        The station's code (``Ky``, any case), as the schedule's ``$STATION`` names it.
+    disks : str, os.PathLike or list of them
+        Directories (mount points) to record the scans to, or a glob such as ``"/mnt/disk*"``.
+    format : str, optional
+        The scans' layout on disk: ``file``, ``vbs`` or ``mk6`` (default: vbs with several
         disks, else file).
-    from_scan : start at this scan of the schedule (those before it are not recorded).
-    ship_to, token_file, ship_rate : push each finished scan to a receiver (``vdifrec
-        receive``) at ``HOST:PORT`` while the next records, at low priority and within the rate
-        (``"2Gbps"``); the summary says per scan whether it arrived verified.
-    summary_json : also write the session summary there, as JSON.
-    on_line : called with each line for the operator (a scan's result, a warning).
-    clock_limit_s : flag a stream whose VDIF time is further than this from the host clock.
-    **recorder_options : how the stream is received, as :class:`Recorder` takes them
-        (``port``, ``bind``, ``ring``, ``status_listen``, ...).
+    from_scan : str, optional
+        Start at this scan of the schedule (those before it are not recorded).
+    ship_to : str, optional
+        Push each finished scan to a receiver (``vdifrec receive``) at ``HOST:PORT`` while the
+        next records, at low priority; the summary says per scan whether it arrived verified.
+    token_file : str or os.PathLike, optional
+        The receiver's shared token (needed with ``ship_to``).
+    ship_rate : str, optional
+        A cap on shipping's rate: ``"2Gbps"`` (bits) or ``"250MB/s"`` (bytes).
+    summary_json : str or os.PathLike, optional
+        Also write the session summary there, as JSON.
+    on_line : callable, optional
+        Called with each line for the operator (a scan queued, its result, a warning).
+    clock_limit_s : float
+        Flag a stream whose VDIF time stays further than this from the host clock (seconds).
+    **recorder_options
+        How the stream is received, as :class:`~vdifrec.Recorder` takes them (``port``,
+        ``bind``, ``ring``, ``status_listen``, ...).
 
     Returns
     -------
@@ -374,7 +389,9 @@ def observe(
     if ship_to is not None:
         if token_file is None:
             raise ScheduleError("token_file: shipping needs the receiver's token: give token_file (--token-file)")
-        shipper = Shipper(ship_to, token_file, disk_list, rate=ship_rate)
+        told = on_line or (lambda _line: None)
+        shipper = Shipper(ship_to, token_file, disk_list, rate=ship_rate,
+                          on_done=lambda scan, state: told(f"shipped {scan}: {state}"))
     session = Session(sched, station, options, disk_list, from_scan=from_scan, shipper=shipper, on_line=on_line, clock_limit_s=clock_limit_s)
     summary = session.run()
     if summary_json is not None:
