@@ -7,7 +7,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
+from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 from vexgen import make_large_vex, make_vex
@@ -352,6 +356,91 @@ def test_generated_schedules_match_the_synthetic_sender(tmp_path: Path, version:
     big = Schedule.read(make_large_vex(tmp_path / "big.vex", version=version))
     assert (len(big.stations), len(big.scans("Km")), big.scans("Km")[-1].window_stop) == (
         19, 184, t0 + dt.timedelta(seconds=183 * 150 + 120))
+
+
+# -- an independent reader: pyvexfile ----------------------------------------------------------
+
+# pyvexfile (GPL-3, a test-only dependency) parses VEX on its own; the scans' numbers are read here
+# from its raw statement fields, not through vdifrec.schedule.values nor pyvexfile's own helpers.
+_EPOCH = re.compile(r"(\d{4})y(\d{1,3})d(?:(\d{1,2})h)?(?:(\d{1,2})m)?(?:(\d{1,2}(?:\.\d*)?)s)?")
+_SECONDS = {"": 1, "sec": 1, "min": 60, "hr": 3600}
+
+
+def _vex_epoch(text: str) -> dt.datetime:
+    """``2026y064d12h00m00s``: year, day of the year (1 = 1 January), hours, minutes, seconds."""
+    m = _EPOCH.fullmatch(text.strip())
+    assert m is not None, text
+    year, day, hours, minutes, seconds = m.groups()
+    micro = Fraction(seconds or "0") * 10**6
+    assert micro.denominator == 1, text
+    return dt.datetime(int(year), 1, 1, tzinfo=UTC) + dt.timedelta(
+        days=int(day) - 1, hours=int(hours or 0), minutes=int(minutes or 0), microseconds=int(micro))
+
+
+def _vex_seconds(text: str) -> Fraction:
+    """``60 sec``, ``0.5 sec``, ``2 min``; an empty field is 0."""
+    number, _, unit = text.strip().partition(" ")
+    return Fraction(number or "0") * _SECONDS[unit.strip()]
+
+
+ScanView = tuple[dt.datetime, str, tuple[str, ...], dict[str, tuple[float, float, bool]]]
+
+
+def _pyvexfile_view(v: Any) -> tuple[str, str | None, dict[str, str], dict[str, ScanView]]:
+    """(experiment, segment, {station code: site_name}, {scan: (start, mode, sources, {station:
+    (data_good, data_stop, record)})}) from pyvexfile's tree."""
+    exper = v["EXPER"][v["GLOBAL"]["$EXPER"]].statements("exper_name")[0].fields
+    sites = v["SITE"]
+    stations = {code: sites[d["$SITE"]]["site_name"] for code, d in v["STATION"].items()}
+    scans: dict[str, ScanView] = {}
+    for scan in v.scans:
+        takes = {}
+        for st in scan.statements("station"):
+            f = st.fields  # code : data_good : data_stop : ... : record flag (7th; 0 = not recorded)
+            takes[f[0]] = (float(_vex_seconds(f[1])), float(_vex_seconds(f[2])), len(f) < 7 or f[6].strip() != "0")
+        [start], [mode] = scan.statements("start"), scan.statements("mode")
+        sources = tuple(s.fields[0] for s in scan.statements("source"))
+        scans[scan.name] = (_vex_epoch(start.fields[0]), mode.fields[0], sources, takes)
+    return exper[0], (exper[1] or None) if len(exper) > 1 else None, stations, scans
+
+
+def _vdifrec_view(s: Schedule) -> tuple[str, str | None, dict[str, str], dict[str, ScanView]]:
+    scans: dict[str, ScanView] = {}
+    for code in s.stations:
+        for x in s.scans(code):
+            view = scans.setdefault(x.name, (x.start, x.mode, x.sources, {}))
+            assert view[:3] == (x.start, x.mode, x.sources), (x.name, code)
+            view[3][code] = (x.data_good, x.data_stop, x.record)
+    return s.experiment, s.segment, {code: st.name for code, st in s.stations.items()}, scans
+
+
+def _generated(version: str, large: bool) -> Callable[[Path], Path]:
+    def write(tmp_path: Path) -> Path:
+        if large:
+            return make_large_vex(tmp_path / "big.vex", version=version)
+        t0 = at(12, 0, 0)
+        return make_vex(tmp_path / "g.vex", version=version, experiment="T1", stations=["Kv", "Ku"],
+                        scans=[("s1", t0, 2, 0), ("s2", t0 + dt.timedelta(seconds=3), 2.5, 0.5, "four")],
+                        modes={"four": {"threads": 4, "fps": 31_250}})
+    return write
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [lambda _: V15, lambda _: V20, _generated("1.5", False), _generated("2.0", False), _generated("1.5", True),
+     _generated("2.0", True)],
+    ids=["vex1.5", "vex2.0", "make_vex-1.5", "make_vex-2.0", "make_large_vex-1.5", "make_large_vex-2.0"],
+)
+def test_pyvexfile_reads_the_same_schedule(tmp_path: Path, schedule: Callable[[Path], Path]) -> None:
+    pyvexfile = pytest.importorskip("pyvexfile")
+    path = schedule(tmp_path)
+    v = pyvexfile.Vex(path)
+    errors = [str(i) for i in v.verify() if i.severity == pyvexfile.Severity.ERROR]
+    assert errors == []
+    theirs, ours = _pyvexfile_view(v), _vdifrec_view(Schedule.read(path))
+    assert ours[:3] == theirs[:3]
+    assert ours[3] == theirs[3]
+    assert len(theirs[3]) >= 2 and all(takes for *_, takes in theirs[3].values())
 
 
 # -- vdifrec plan ---------------------------------------------------------------------------------
