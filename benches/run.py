@@ -48,9 +48,14 @@ TINY = {
     "BENCH_PUSH_RELAY_STREAMS": "1,auto",
     "BENCH_PUSH_RECORD_SECONDS": "0.5",
     "BENCH_PUSH_RECORD_WRITE": "0",
+    "BENCH_OBSERVE_PLAN_REPEATS": "1",
+    "BENCH_OBSERVE_SECONDS": "1",
+    "BENCH_OBSERVE_SCAN_SECONDS": "0.5",
+    "BENCH_OBSERVE_RUNS": "1",
+    "BENCH_OBSERVE_RING": "256MiB",
 }
 
-BENCHES = ["decode", "spectrum", "monitor", "status", "live", "backends", "record", "scans", "vsi", "dask", "push"]
+BENCHES = ["decode", "spectrum", "monitor", "status", "live", "backends", "record", "scans", "vsi", "dask", "push", "observe"]
 
 
 def main(argv: list[str]) -> int:

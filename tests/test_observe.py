@@ -46,14 +46,14 @@ def whole_second_from_now(seconds: int) -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0) + dt.timedelta(seconds=seconds + 1)
 
 
-def vdif_unix(rows: np.ndarray) -> np.ndarray:
+def vdif_unix(rows: np.ndarray, fps: int = FPS) -> np.ndarray:
     """POSIX time of each frame (ref epoch from word 1), to the frame."""
     w = np.ascontiguousarray(rows[:, :8]).view("<u4")
     epoch = (w[:, 1] >> 24) & 0x3F
     epoch_unix = np.array([vdifrec.observing.checks.ref_epoch_unix(int(e)) for e in np.unique(epoch)])
     base = epoch_unix[np.searchsorted(np.unique(epoch), epoch)]
     _, seconds, fnr = vdif_keys(rows)
-    return base + seconds.astype(np.float64) + fnr / FPS
+    return base + seconds.astype(np.float64) + fnr / fps
 
 
 def observe_cli(*args: str) -> subprocess.Popen[str]:
@@ -293,3 +293,42 @@ def test_a_schedule_past_and_not_vdif_is_missed_with_the_reason(tmp_path: Path) 
     assert [r.state for r in summary.scans] == ["missed", "missed"]
     assert all(r.why == "its window had passed when the session started" for r in summary.scans)
     assert not summary.ok and summary.recorded == 0 and os.listdir(disk) == []
+
+
+@pytest.mark.slow
+def test_a_window_within_a_second_one_inside_another_and_a_stream_that_stops(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads at 50,000 frames/s each. f1's window starts half a second in: it is queued
+    once the stream has shown its frame rate. n1's window lies inside f1's: missed (f1 takes its
+    frames). The stream stops before d1: d1 is NOT OK, with nothing in it."""
+    monkeypatch.setattr(vdifrec.observing.session, "STALL_S", 1.0)
+    t0 = whole_second_from_now(LEAD)
+    s = dt.timedelta(seconds=1)
+    fmt = dict(FORMAT, fps=50_000, threads=2)
+    vex = make_vex(tmp_path / "w.vex", experiment="VT26F", stations=["Ky"], **fmt,
+                   scans=[("f1", t0, 1.5, 0.5), ("n1", t0 + s, 0.5, 0), ("d1", t0 + 3 * s, 1, 0)])
+    disk = tmp_path / "disk0"
+    disk.mkdir()
+    port = free_udp_port()
+    until_stop = (t0 + 2.3 * s - dt.datetime.now(dt.timezone.utc)).total_seconds()
+    sent_file = tmp_path / "sent.vdif"
+    sender = vdifrec.Sender(("127.0.0.1", port), duration=until_stop, record_sent=sent_file, threads=2,
+                            **dict(SIGNAL, fps=50_000))
+    lines: list[str] = []
+    summary = vdifrec.observe(vex, "Ky", disks=str(disk), format="file", port=str(port), ring="128MiB",
+                              on_line=lines.append)
+    sender.wait(30)
+    f1, n1, d1 = summary.scans
+    assert n1.state == "missed" and n1.why == "its window is inside f1's, which the recorder takes first"
+    assert d1.state == "NOT OK" and d1.frames == 0 and "no frame of its window arrived" in d1.why, d1
+    assert d1.mismatch == [] and not summary.ok
+    # f1 holds exactly the frames of [t0 + 0.5 s, t0 + 2 s) of both threads.
+    assert f1.frames_expected == 150_000
+    sent = frames_of(sent_file, FS)
+    t_sent = vdif_unix(sent, fps=50_000)
+    want = sent[(t_sent >= t0.timestamp() + 0.5) & (t_sent < t0.timestamp() + 2)]
+    assert len(want) == 150_000
+    got = frames_of(disk / "VT26F_Ky_f1.vdif", FS)
+    missing = left_out(want, got)
+    assert f1.frames == len(got) and (f1.state == "OK") == (not missing), (f1.state, f1.why, len(missing))
+    assert f1.mismatch == [], f1.mismatch

@@ -493,7 +493,10 @@ impl Recorder {
         let fps = self
             .config
             .fps
-            .or((c.frames_per_second > 0).then_some(c.frames_per_second));
+            // Only a rate known for sure: before the frame numbers wrap, the highest seen is a
+            // lower bound, and a boundary within a second would fall on the wrong frame.
+            .or((c.frames_per_second_known && c.frames_per_second > 0)
+                .then_some(c.frames_per_second));
         let window = Window::new(req.start, req.stop, fps)
             .map_err(|(name, why)| ScanCommandError::BadTime { name, why })?;
         // A scan may be queued behind those running: it must start at or after every one of

@@ -21,13 +21,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._core import ArgumentError
 from ..recorder import Recorder
 from ..reports import ScanSummary
 from ..scans import expand_disks
 from ..scans import scans as scans_on_disks
 from ..schedule import Schedule, ScheduleError
 from ..schedule.model import iso
-from .checks import CLOCK_LIMIT_S, clock_warning, mismatches, stream_seen
+from .checks import CLOCK_LIMIT_S, clock_warning, mismatches, ref_epoch_unix, stream_seen
 from .results import BEFORE, INTERRUPTED, MISSED, NOT_OK, RECORDED, RECORDING, WAITING, ScanResult, SessionSummary
 from .shipping import Shipper
 
@@ -39,8 +40,9 @@ QUEUE_DEPTH = 2
 #: A scan whose window ended this long ago and that has not closed (no frame past its stop
 #: arrives: the stream stopped) is closed with what it has.
 STALL_S = 5.0
-#: A scan on the disks whose frames reach this close to its window's ends is complete.
-EDGE_S = 0.1
+#: A scan on the disks whose frames reach this close to its window's ends (its first frame at
+#: the start, its last one frame period before the stop) is complete.
+EDGE_S = 0.002
 #: The clock offset is sampled this often, and judged on the median of this many samples.
 CLOCK_EVERY_S, CLOCK_SAMPLES = 0.2, 5
 #: The status's observation document is renewed this often (seconds).
@@ -52,11 +54,12 @@ def _unix(t: dt.datetime) -> float:
 
 
 def _covers(found: dict[str, Any], s: Any) -> bool:
-    """Whether a scan found on the disks is complete: closed, from the window's first frame to
-    its last (within ``EDGE_S``: a frame or two lost at an edge leaves it complete; to the
-    second where the disks do not tell the frame rate)."""
+    """Whether a scan found on the disks is complete: closed, whole (no part missing, nothing
+    torn), from the window's first frame to its last (within ``EDGE_S``; to the second where the
+    disks do not tell the frame rate). Frames lost inside a closed scan are not looked for: its
+    summary beside it says so."""
     first, last = found.get("first"), found.get("last")
-    if not found.get("closed") or not first or not last:
+    if not found.get("closed") or not first or not last or found.get("missing") or found.get("torn"):
         return False
     t0 = _iso_unix(first["time"])
     # A time to the second only (the reader did not learn the frame rate): the whole second.
@@ -93,10 +96,11 @@ class Session:
         self.clock_limit_s, self.lead_s = clock_limit_s, lead_s
         planned = [s for s in schedule.scans(station) if s.record]
         if from_scan is not None:
-            names = [s.name for s in planned]
-            if from_scan not in names:
-                raise ScheduleError(f"from_scan: no scan {from_scan} for {station} in {schedule.source}; its scans: {', '.join(names) or 'none'}")
-            planned = planned[names.index(from_scan) :]
+            names = [s.name.lower() for s in planned]
+            if from_scan.lower() not in names:
+                listed = ", ".join(s.name for s in planned) or "none"
+                raise ScheduleError(f"from_scan: no scan {from_scan} for {station} in {schedule.source}; its scans: {listed}")
+            planned = planned[names.index(from_scan.lower()) :]
         code = schedule.station(station).code
         self.summary = SessionSummary(
             schedule=os.fspath(schedule.source),
@@ -162,18 +166,25 @@ class Session:
     def _follow(self, rec: Recorder) -> None:
         waiting = [r for r in self.summary.scans if r.state == WAITING]
         while waiting or self.queued:
-            now = time.time()
-            while waiting and len(self.queued) < QUEUE_DEPTH and _unix(waiting[0].scan.window_start) - now <= self.lead_s:
-                self._queue(rec, waiting.pop(0), now)
+            # The stream's time where it flows (a stream that runs behind the host clock is
+            # recorded by its own time all the same), else the host clock.
+            now = self._stream_now(rec)
+            # Two scans whose windows have not ended are in the recorder at a time (one still
+            # being written out does not count): the one recording and the next.
+            while (waiting and sum(_unix(q.scan.window_stop) > now for q in self.queued) < QUEUE_DEPTH
+                   and _unix(waiting[0].scan.window_start) - now <= self.lead_s):
+                if not self._queue(rec, waiting[0], now):
+                    break  # to be tried again (the stream has not shown its frame rate yet)
+                waiting.pop(0)
             self._sample_clock(rec)
             for r in self.queued:
+                if r.state == WAITING and now >= _unix(r.scan.window_start):
+                    r.state = RECORDING
                 self._check_stream(rec, r)
             if self.queued:
                 head = self.queued[0]
-                if head.state == WAITING and now >= _unix(head.scan.window_start):
-                    head.state = RECORDING
                 got = rec.wait_scan(timeout=0.0, name=head.disk_name)
-                if got is None and now > _unix(head.scan.window_stop) + STALL_S:
+                if got is None and min(now, time.time()) > _unix(head.scan.window_stop) + STALL_S:
                     # No frame past its stop arrives: the stream stopped. What it has is kept.
                     got = rec.stop_scan(name=head.disk_name)
                     head.why = "no frame past the window's stop arrived: closed with what had arrived"
@@ -183,27 +194,52 @@ class Session:
             self._show(rec)
             time.sleep(0.05)
 
-    def _queue(self, rec: Recorder, r: ScanResult, now: float) -> None:
-        """Scan ``r`` into the recorder, its stream checked first."""
+    def _stream_now(self, rec: Recorder) -> float:
+        """VDIF time of the newest frame, if one arrived within the last second; else the host
+        clock."""
+        wall = time.time()
+        stats = rec.stats()
+        latest, since = stats.latest_frame, stats.seconds_since_datagram
+        if latest is None or since is None or since > 1.0 or not stats.frames_per_second_known:
+            return wall
+        return (ref_epoch_unix(latest["ref_epoch"]) + latest["seconds"]
+                + latest["frame_nr"] / max(stats.frames_per_second, 1) + since)
+
+    def _queue(self, rec: Recorder, r: ScanResult, now: float) -> bool:
+        """Scan ``r`` into the recorder; False when it must wait (a window that starts within a
+        second, before the stream has shown its frame rate)."""
         s = r.scan
-        stop = _unix(s.window_stop)
-        if stop <= now:
-            r.state, r.why = MISSED, "its window passed before it could be queued"
-            self.say(r.line())
-            return
-        self._check_stream(rec, r)
         start: float | None = _unix(s.window_start)
+        stop = _unix(s.window_stop)
         if self.queued:
             before = self.queued[-1].scan
             if _unix(before.window_stop) > (start or 0.0):
+                # Each frame goes to one scan: the earlier one keeps its window.
                 r.why = f"its window overlaps {before.name}'s: recorded from {iso(before.window_stop)}"
                 start = _unix(before.window_stop)
-        elif start is not None and start < now:
+        if start is not None and start >= stop:
+            inside = f"inside {self.queued[-1].scan.name}'s, which the recorder takes first" if self.queued else "empty"
+            r.state, r.why = MISSED, f"its window is {inside}"
+            self.say(r.line())
+            return True
+        if stop <= now:
+            r.state, r.why = MISSED, "its window passed before it could be queued"
+            self.say(r.line())
+            return True
+        joined = not self.queued and start is not None and start < now
+        if joined:
             # Under way: from now on (frames before now have gone by).
             start = None
+        try:
+            r.disk_name = rec.start_scan(s.disk_name, start=start, stop=stop)
+        except ArgumentError as exc:
+            if "needs the frame rate" in str(exc) and (start or now) > now:
+                return False
+            r.state, r.why = MISSED, f"the recorder refused it: {exc}"
+            self.say(r.line())
+            return True
+        if joined:
             r.joined_at = iso(dt.datetime.now(dt.timezone.utc))
-        r.disk_name = rec.start_scan(s.disk_name, start=start, stop=stop)
-        if r.joined_at is not None:
             r.state = RECORDING
             r.why = f"joined under way: recorded from {r.joined_at}, the window's start is not on disk"
         if r.disk_name != s.disk_name:
@@ -211,18 +247,20 @@ class Session:
             r.why += f"recorded as {r.disk_name} ({s.disk_name} is on the disks already)"
         self.queued.append(r)
         self.say(f"queued {s.name} as {r.disk_name}: {iso(s.window_start)} to {iso(s.window_stop)}")
+        return True
 
     def _check_stream(self, rec: Recorder, r: ScanResult, final: bool = False) -> None:
         """The arriving stream against scan ``r``'s mode, until a check is conclusive: frames
         have arrived for a whole second (the frame rate is known), or ``final`` (the scan ended)."""
-        if r.checked:
+        if r.checked or (not final and r.state != RECORDING):
             return
         seen = stream_seen(rec)
         if not final and (seen is None or seen.frames_per_second == 0):
             return
         assert r.scan.format is not None
         r.checked = True
-        r.mismatch = mismatches(r.scan.format, seen)
+        # No stream at all is no mismatch: the scan's frames say it.
+        r.mismatch = [] if seen is None else mismatches(r.scan.format, seen)
         if r.mismatch:
             what = "; ".join(r.mismatch)
             self.summary.warnings.append(f"{r.scan.name}: the stream is NOT the schedule's mode {r.scan.mode}: {what} (recorded all the same)")
@@ -262,15 +300,23 @@ class Session:
             f = r.scan.format
             seconds = _unix(r.scan.window_stop) - _iso_unix(got.first_frame)
             r.frames_expected = round(seconds * (f.frames_per_second or 0)) * max(len(f.threads), 1)
+        whole = got.frames > 0 and (r.frames_expected is None or got.frames >= r.frames_expected)
         if r.state == INTERRUPTED:
             pass
-        elif got.ok and r.joined_at is None:
+        elif got.ok and whole and r.joined_at is None:
             r.state = RECORDED
         else:
             r.state = NOT_OK
-            if not got.ok:
-                causes = ", ".join(f"{k} {v}" for k, v in r.lost.items())
+            causes = ", ".join(f"{k} {v}" for k, v in r.lost.items())
+            if got.frames == 0:
+                detail = "no frame of its window arrived"
+            elif not got.ok:
                 detail = got.error or (f"frames lost ({causes})" if causes else "not all of it is known to be on disk")
+            elif not whole:
+                detail = f"{got.frames} of {r.frames_expected} frames"
+            else:
+                detail = ""
+            if detail:
                 r.why = f"{r.why}; {detail}" if r.why else detail
         self.say(r.line())
         if self.shipper is not None and got.frames > 0:
@@ -279,8 +325,8 @@ class Session:
 
     def _interrupt(self, rec: Recorder) -> None:
         """Ctrl-C or SIGTERM: the scan recording is closed cleanly, the rest are not recorded."""
-        for k, r in enumerate(self.queued):
-            began = k == 0 and r.state == RECORDING
+        for r in self.queued:
+            began = r.state == RECORDING
             got = rec.stop_scan(name=r.disk_name)
             r.state = INTERRUPTED
             if began:

@@ -135,17 +135,20 @@ class RecordingFormat:
 def recording_format(vex: VexFile, mode: Def, station: str) -> RecordingFormat | None:
     """The format ``station`` records in ``mode`` (a ``$MODE`` def), None when the mode gives it
     none (no ``$DATASTREAMS``, ``$THREADS``, ``$TRACKS`` nor ``$BITSTREAMS``)."""
-    found = _ref(vex, mode, "DATASTREAMS", station)
-    if found is not None:
-        return _datastreams(found)
-    found = _ref(vex, mode, "THREADS", station)
-    if found is not None:
-        return _threads(vex, mode, station, found)
-    found = _ref(vex, mode, "TRACKS", station)
-    if found is not None:
-        return _tracks(vex, mode, station, found)
-    found = _ref(vex, mode, "BITSTREAMS", station)
-    if found is not None:
+    # A ref that names the station says more than one for every station, whatever its block:
+    # `ref $TRACKS = T;` with `ref $BITSTREAMS = B : Wb;` makes Wb a Mark5B station.
+    order = ("DATASTREAMS", "THREADS", "TRACKS", "BITSTREAMS")
+    named = [b for b in order if (r := mode.ref(b, station)) is not None and r.stations]
+    for block in named + [b for b in order if b not in named]:
+        found = _ref(vex, mode, block, station)
+        if found is None:
+            continue
+        if block == "DATASTREAMS":
+            return _datastreams(found)
+        if block == "THREADS":
+            return _threads(vex, mode, station, found)
+        if block == "TRACKS":
+            return _tracks(vex, mode, station, found)
         return _not_vdif("MARK5B", f"$BITSTREAMS {found.name}")
     return None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 import os
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -110,8 +111,11 @@ class ScheduledScan:
         f = self.format
         if f is None or f.frames_per_second is None:
             return None
-        seconds = Fraction(repr(self.data_stop)) - Fraction(repr(self.data_good))
-        return int(f.frames_per_second * len(f.threads) * seconds)
+        # The recorder keeps each thread's frames that start at or after the window's start and
+        # before its stop (start= lies on a whole second, as schedules write it).
+        fps = f.frames_per_second
+        per_thread = math.ceil(Fraction(repr(self.data_stop)) * fps) - math.ceil(Fraction(repr(self.data_good)) * fps)
+        return per_thread * max(len(f.threads), 1)
 
     @property
     def expected_bytes(self) -> int | None:

@@ -275,6 +275,9 @@ class _Parser:
                 raise self.error(where, f"write {name} NAME; (one name after {name})")
             self.close_open(head, f"before {name} {tokens[1].text}")
             self.open = Def(name, tokens[1].text, head.line, head.column)
+            earlier = self.block.defs.get(self.open.name)
+            if name == "scan" and earlier is not None:
+                raise self.error(tokens[1], f"scan {self.open.name} is in $SCHED twice (line {earlier.line} too): each scan needs its own name")
             self.block.defs.setdefault(self.open.name, self.open)
             return
         if name in ("enddef", "endscan"):

@@ -259,8 +259,12 @@ struct Part {
     /// Asked to stop: the scan takes the frames buffered before that (ring sequence numbers
     /// below this), then this stream is finished.
     stop_at: Option<u64>,
+    /// The stream's ring overflows and kernel drops when the scan began: its window's start
+    /// (its first frame inside it), or its activation without a start; a scan queued behind
+    /// another is not charged with what the other lost.
     overflows_at_start: u64,
     drops_at_start: u64,
+    counters_taken: bool,
     /// The stream's shared state, for the latency stamps of its chunks.
     stream: Arc<Shared>,
 }
@@ -511,6 +515,7 @@ impl GateLoop {
                     stop_at: None,
                     overflows_at_start: c.ring_overflows,
                     drops_at_start: c.kernel_drops,
+                    counters_taken: plan.window.start.is_none(),
                     stream: i.shared.clone(),
                 }
             })
@@ -846,6 +851,12 @@ impl Active {
                 self.past.insert((k, h.thread_id()), false);
                 self.last_inside = Some(Instant::now());
                 let part = &mut self.parts[k];
+                if !part.counters_taken {
+                    let c = part.stream.capture_stats();
+                    (part.overflows_at_start, part.drops_at_start) =
+                        (c.ring_overflows, c.kernel_drops);
+                    part.counters_taken = true;
+                }
                 part.acc.set_wall_clock(now_wall);
                 part.acc.frame(h, Fate::Buffered);
                 part.frames += 1;
