@@ -545,3 +545,23 @@ def test_plan_of_a_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFi
     code, _, err = run(capsys, str(tmp_path / "none.vex"), "--station", "Ky")
     assert (code, err) == (2, f"vdifrec plan: error: {tmp_path / 'none.vex'}: No such file or directory\n")
     assert not os.path.exists(tmp_path / "none.vex")
+
+
+def test_a_scan_named_twice_is_an_error_naming_both_lines() -> None:
+    text = vex(_MINIMAL + "$TRACKS;\ndef T; track_frame_format = VDIF5032; enddef;\n$SCHED;\n"
+                          "scan A; start=2026y064d12h00m00s; mode=m; station=Ky: 0 sec: 10 sec; endscan;\n"
+                          "scan A; start=2026y064d12h01m00s; mode=m; station=Ky: 0 sec: 10 sec; endscan;\n")
+    with pytest.raises(VexError) as e:
+        Schedule.parse(text)
+    last = text.count("\n")
+    assert (e.value.line, e.value.column) == (last, 6)
+    assert f"scan A is in $SCHED twice (line {last - 1} too)" in str(e.value)
+
+
+def test_a_ref_naming_the_station_wins_over_one_for_all_in_another_block() -> None:
+    # The mode records VDIF for all, but Ky records Mark5B: its own ref says so.
+    body = _MINIMAL.replace("ref $TRACKS = T;", "ref $TRACKS = T; ref $BITSTREAMS = B : Ky;")
+    s = Schedule.parse(vex(body + "$TRACKS;\ndef T; track_frame_format = VDIF5032; enddef;\n"
+                                  "$BITSTREAMS;\ndef B; stream_sample_rate = 32 Ms/sec; enddef;\n"))
+    f = s.format("Ky", "m")
+    assert f is not None and f.kind == "MARK5B" and not f.is_vdif
