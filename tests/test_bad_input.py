@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import traceback
+from pathlib import Path
 from collections.abc import Iterator
 
 import pytest
@@ -31,7 +32,7 @@ import vdifrec
 from vdifrec import cli
 
 #: Subcommands that bind sockets or start threads: always a subprocess.
-SUBPROCESS = {"record", "monitor", "send", "demo", "serve", "receive"}
+SUBPROCESS = {"record", "monitor", "send", "demo", "serve", "receive", "observe"}
 TIMEOUT = 30.0
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,10 @@ VALID: dict[str, dict[str, tuple[str, ...]]] = {
     "doctor": {"--quick": ("--quick",), "--path": ("--path={tmp}",)},
     # A serve that wrongly started would run until killed: every case must stop it first.
     "serve": {"--disk": ("--disk={tmp}",), "--control": ("--control=127.0.0.1:0",), "--ring": ("--ring=32MiB",)},
+    # The schedule's scans are all past: an observe that wrongly started would end at once.
+    "observe": {"schedule": ("{vex}",), "--station": ("--station=Ky",), "--port": ("--port=0",), "--disk": ("--disk={tmp}",),
+                "--ring": ("--ring=32MiB",)},
+    "plan": {"schedule": ("{vex}",), "--station": ("--station=Ky",)},
     # Nobody listens on {tcp}.
     "vsi": {"address": ("127.0.0.1:{tcp}",), "commands": ("status?",), "--timeout": ("--timeout=2",)},
     "demo": {"--seconds": ("--seconds=0.2",), "--fps": ("--fps=1000",), "--ring": ("--ring=16MiB",)},
@@ -242,38 +247,60 @@ def _cases() -> list[Case]:
     flag("record", "--disk-fault", {"nonsense": "DIR=full@SIZE", "{tmp}=melt@1MiB": "full or error",
                                     "/elsewhere=full@1MiB": "not one of the disks"}, **scan)
 
-    # -- serve: the capture and scan options as record's (checked by the engine before the
-    # control port or any data port is bound), and its own
+    # -- serve and observe: the capture and scan options as record's (checked by the engine
+    # before the control port, any data port or the schedule's first scan), and their own
+    for sv in ("serve", "observe"):
+        flag(sv, "--port", {"99999": "0..65535", "abc": WHOLE, "46227,x": "not a port"})
+        flag(sv, "--bind", {"not-an-address": "IP address", "192.0.2.1": "address of this host"})
+        flag(sv, "--multicast", {"1.2.3.4": "multicast group"})
+        flag(sv, "--ring", {"100TiB": "smaller ring", "1XB": SIZE_UNITS})
+        flag(sv, "--frame-size", {"8220": "multiple of 8"})
+        flag(sv, "--offset", {"-1": r"0\.\.64"})
+        flag(sv, "--fps", {"0": FPS})
+        for cpu in ("--capture-cpu", "--writer-cpu"):
+            flag(sv, cpu, {"-1": r"0\.\.4095", "abc": WHOLE})
+        flag(sv, "--rcvbuf", {"0": "2GiB", "1QB": SIZE_UNITS})
+        flag(sv, "--backend", {"nonsense": "udp, afpacket or pfring"})
+        flag(sv, "--interface", {"": "ip link"}, extra=("--backend=afpacket", *raw_port))
+        flag(sv, "--pfring-library", {"": EMPTY}, extra=("--backend=pfring", "--interface=lo", *raw_port))
+        flag(sv, "--status-listen", {"nonsense": "HOST:PORT", "127.0.0.1:99999": "HOST:PORT"})
+        flag(sv, "--live-fraction", {"0": share, "2": share})
+        flag(sv, "--live-nfft", {"8": r"16\.\.65536"})
+        flag(sv, "--disk", {"": EMPTY, nodir: "does not exist", "{tmp}/none*": "matches no directory"})
+        flag(sv, "--format", {"mk5": "file, vbs or mk6"})
+        flag(sv, "--chunk-size", {"0": "at least", "1XB": SIZE_UNITS})
+        flag(sv, "--writers", {"0": r"1\.\.64", "abc": WHOLE})
+        flag(sv, "--split", {"port": "thread, station or sender"})
+        flag(sv, "--disk-fault", {"nonsense": "DIR=full@SIZE", "/elsewhere=full@1MiB": "not one of the disks"})
     sv = "serve"
     control = r"\[HOST:\]PORT"
     flag(sv, "--control", {"nonsense": control, "99999": control, ":2620": control, "": control})
     c(sv, "--control", "--control=127.0.0.1:{busy_tcp}", allowed="in use")
-    flag(sv, "--port", {"99999": "0..65535", "abc": WHOLE, "46227,x": "not a port"})
     c(sv, "--port", "--port={busy_udp}", allowed="in use")
-    flag(sv, "--bind", {"not-an-address": "IP address", "192.0.2.1": "address of this host"})
-    flag(sv, "--multicast", {"1.2.3.4": "multicast group"})
-    flag(sv, "--ring", {"100TiB": "smaller ring", "1XB": SIZE_UNITS})
-    flag(sv, "--frame-size", {"8220": "multiple of 8"})
-    flag(sv, "--offset", {"-1": r"0\.\.64"})
-    flag(sv, "--fps", {"0": FPS})
-    for cpu in ("--capture-cpu", "--writer-cpu"):
-        flag(sv, cpu, {"-1": r"0\.\.4095", "abc": WHOLE})
-    flag(sv, "--rcvbuf", {"0": "2GiB", "1QB": SIZE_UNITS})
-    flag(sv, "--backend", {"nonsense": "udp, afpacket or pfring"})
-    flag(sv, "--interface", {"": "ip link"}, extra=("--backend=afpacket", *raw_port))
-    flag(sv, "--pfring-library", {"": EMPTY}, extra=("--backend=pfring", "--interface=lo", *raw_port))
-    flag(sv, "--status-listen", {"nonsense": "HOST:PORT", "127.0.0.1:99999": "HOST:PORT"})
-    flag(sv, "--live-fraction", {"0": share, "2": share})
-    flag(sv, "--live-nfft", {"8": r"16\.\.65536"})
-    flag(sv, "--disk", {"": EMPTY, nodir: "does not exist", "{tmp}/none*": "matches no directory"})
-    flag(sv, "--format", {"mk5": "file, vbs or mk6"})
-    flag(sv, "--chunk-size", {"0": "at least", "1XB": SIZE_UNITS})
-    flag(sv, "--writers", {"0": r"1\.\.64", "abc": WHOLE})
-    flag(sv, "--split", {"port": "thread, station or sender"})
-    flag(sv, "--disk-fault", {"nonsense": "DIR=full@SIZE", "/elsewhere=full@1MiB": "not one of the disks"})
     flag(sv, "--gather-dir", {"": EMPTY, nodir: "not a directory", "{tmp}/exists.vdif": "not a directory"})
     flag(sv, "--log", {"": EMPTY, f"{nodir}/log.txt": "cannot write", "{tmp}": "cannot write"})
     flag(sv, "--idle-timeout", {"0": ABOVE_0, "abc": ABOVE_0, "-5": ABOVE_0})
+    ob = "observe"
+    c(ob, "schedule", "{tmp}/none.vex", allowed="No such file", names="{tmp}/none.vex")
+    c(ob, "schedule", "{tmp}/junk.txt", allowed=r"junk\.txt:1:1: not a VEX file.*VEX_rev", names="{tmp}/junk.txt")
+    flag(ob, "--station", {"Xx": "Ky, Kt, Wb"}, names="Xx")
+    c(ob, "--from", "--from=No9999", allowed="its scans: No0001", names="No9999")
+    ship = ("--ship-to=127.0.0.1:{tcp}", "--token-file={token}")
+    flag(ob, "--ship-to", {"nonsense": "HOST:PORT", "127.0.0.1:0": "HOST:PORT"}, extra=("--token-file={token}",))
+    c(ob, "--ship-to", "--ship-to=127.0.0.1:{tcp}", allowed="needs --token-file")
+    flag(ob, "--token-file", {"{tmp}/none": "cannot read", "{tmp}/short_token": "at least 16"}, extra=ship[:1])
+    flag(ob, "--token-file", {"": EMPTY})
+    c(ob, "--token-file", "--token-file={token}", allowed="go with --ship-to")
+    flag(ob, "--ship-rate", {"fast": "bits per second", "4": "bits per second"}, extra=ship)
+    flag(ob, "--summary-json", {"": EMPTY, f"{nodir}/s.json": "folder does not exist"})
+    flag(ob, "--clock-limit", {"0": ABOVE_0, "abc": ABOVE_0, "-1": ABOVE_0})
+
+    # -- plan: the schedule, the station, where it would be recorded
+    c("plan", "schedule", "{tmp}/none.vex", allowed="No such file|cannot read", names="{tmp}/none.vex")
+    c("plan", "schedule", "{tmp}/junk.txt", allowed=r"junk\.txt:1:1: not a VEX file.*VEX_rev", names="{tmp}/junk.txt")
+    flag("plan", "--station", {"Xx": "Ky, Kt, Wb"}, names="Xx")
+    flag("plan", "--disk", {"": EMPTY, "{tmp}/none*": "matches no"})
+    flag("plan", "--now", {"yesterday": "ISO 8601"})
 
     # -- vsi: the address's form and the commands are checked before connecting
     for address in ("127.0.0.1:abc", "127.0.0.1:99999", "host:"):
@@ -499,6 +526,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         yield {
             "tmp": str(tmp),
             "token": str(tmp / "token"),
+            "vex": str(Path(__file__).parent / "data" / "vex" / "three_stations.vex"),
             "sample": str(vdifrec.SAMPLE_VDIF),
             "udp": str(free_udp_port()),
             "tcp": str(free_tcp_port()),

@@ -306,10 +306,11 @@ def test_a_window_within_a_second_one_inside_another_and_a_stream_that_stops(tmp
     s = dt.timedelta(seconds=1)
     fmt = dict(FORMAT, fps=50_000, threads=2)
     vex = make_vex(tmp_path / "w.vex", experiment="VT26F", stations=["Ky"], **fmt,
-                   scans=[("f1", t0, 1.5, 0.5), ("n1", t0 + s, 0.5, 0), ("d1", t0 + 3 * s, 1, 0)])
+                   scans=[("f1", t0, 1.5, 0.5), ("n1", t0 + s, 0.5, 0), ("d1", t0 + 4 * s, 1, 0)])
     disk = tmp_path / "disk0"
     disk.mkdir()
     port = free_udp_port()
+    # The sender starts at the next whole second: its last frame is before t0 + 3.3 s.
     until_stop = (t0 + 2.3 * s - dt.datetime.now(dt.timezone.utc)).total_seconds()
     sent_file = tmp_path / "sent.vdif"
     sender = vdifrec.Sender(("127.0.0.1", port), duration=until_stop, record_sent=sent_file, threads=2,

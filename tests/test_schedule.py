@@ -252,8 +252,11 @@ def test_syntax_errors_name_the_line_and_column(text: str, line: int, column: in
 
 
 def test_a_vex_file_starts_with_its_revision() -> None:
-    with pytest.raises(VexError, match=r"^x:1:1: a VEX file starts with VEX_rev = 1.5; or VEX_rev = 2.0;$"):
+    with pytest.raises(VexError, match=r"^x:1:1: not a VEX file: a VEX file starts with VEX_rev = 1.5; or VEX_rev = 2.0;$"):
         parse_vex("$EXPER;\n", source="x")
+    # Whatever the text, its first word is what is wrong: not a missing ';' further on.
+    with pytest.raises(VexError, match=r"^x:2:3: not a VEX file"):
+        parse_vex("* a comment\n  import os\n", source="x")
     with pytest.raises(VexError, match=r"^x:1:11: VEX_rev = 3.0: vdifrec reads VEX 1.5 and 2.0$"):
         parse_vex("VEX_rev = 3.0;\n", source="x")
     assert parse_vex("* a comment first\nVEX_rev = 2.0;\n").version == "2.0"

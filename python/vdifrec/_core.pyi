@@ -400,6 +400,9 @@ class Sender:
     def stop(self) -> str: ...
     def finished(self) -> bool: ...
 
+def check_push_destination(to: str, token_file: str, rate: str | None = None) -> None:
+    """Checks a push's receiver (HOST:PORT), token file and rate before any push starts."""
+
 @final
 class Header:
     """A VDIF frame header (words 0-3, and 4-7 by EDV; legacy headers have four words).

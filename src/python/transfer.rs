@@ -109,8 +109,24 @@ impl PyReceiver {
     }
 }
 
+/// Checks where pushes would go before any starts (`vdifrec observe --ship-to`): the receiver
+/// `to` (HOST:PORT), the token in `token_file`, the `rate`; a bad one raises `ArgumentError`
+/// naming it (or `TransferError` for the token).
+#[pyfunction]
+#[pyo3(signature = (to, token_file, rate=None))]
+fn check_push_destination(
+    to: String,
+    token_file: std::path::PathBuf,
+    rate: Option<String>,
+) -> PyResult<()> {
+    crate::transfer::push::destination(Some(&to), Some(&token_file), rate.as_deref())
+        .map(|_| ())
+        .map_err(transfer_err)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPush>()?;
     m.add_class::<PyReceiver>()?;
+    m.add_function(wrap_pyfunction!(check_push_destination, m)?)?;
     Ok(())
 }

@@ -101,6 +101,37 @@ fn arg(name: &str, why: impl Into<String>) -> TransferError {
     ArgError::new(name, why).into()
 }
 
+/// Where a push goes and how fast, checked: the receiver `to` (HOST:PORT), the token read
+/// from `token_file`, the rate cap (bytes per second). Also what `vdifrec observe --ship-to`
+/// checks before a session starts.
+pub fn destination(
+    to: Option<&str>,
+    token_file: Option<&std::path::Path>,
+    rate: Option<&str>,
+) -> Result<(String, Vec<u8>, Option<f64>), TransferError> {
+    let to = to.ok_or_else(|| arg("to", "give the receiver as HOST:PORT"))?;
+    match to.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>())) {
+        Some((h, Ok(p))) if !h.is_empty() && p > 0 => {}
+        _ => {
+            return Err(arg(
+                "to",
+                format!("{to:?} is not HOST:PORT (e.g. correlator.example.org:2630)"),
+            ))
+        }
+    }
+    let token = auth::read_token(token_file)?;
+    let rate = rate
+        .map(|r| crate::units::parse_rate("rate", r))
+        .transpose()
+        .map_err(|e| {
+            arg(
+                "rate",
+                e.to_string().trim_start_matches("rate: ").to_string(),
+            )
+        })?;
+    Ok((to.to_string(), token, rate))
+}
+
 impl Config {
     fn from(o: &PushOptions) -> Result<Config, TransferError> {
         if o.sources.is_empty() {
@@ -109,19 +140,8 @@ impl Config {
                 "give at least one file (or scan, with disks=/--disk)",
             ));
         }
-        let to =
-            o.to.clone()
-                .ok_or_else(|| arg("to", "give the receiver as HOST:PORT"))?;
-        match to.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>())) {
-            Some((h, Ok(p))) if !h.is_empty() && p > 0 => {}
-            _ => {
-                return Err(arg(
-                    "to",
-                    format!("{to:?} is not HOST:PORT (e.g. correlator.example.org:2630)"),
-                ))
-            }
-        }
-        let token = auth::read_token(o.token_file.as_deref())?;
+        let (to, token, rate) =
+            destination(o.to.as_deref(), o.token_file.as_deref(), o.rate.as_deref())?;
         let max_streams = in_range("max_streams", o.max_streams, 1, 256, "")? as usize;
         let fixed = match &o.streams {
             Streams::Word(w) if w == "auto" => None,
@@ -137,17 +157,6 @@ impl Config {
         if !(MIN_BLOCK..=MAX_BLOCK).contains(&block_size) || block_size % 4096 != 0 {
             return Err(arg("block_size", format!("{block_size} bytes: give a multiple of 4KiB from 64KiB to 1GiB (default 64MiB)")));
         }
-        let rate = o
-            .rate
-            .as_deref()
-            .map(|r| crate::units::parse_rate("rate", r))
-            .transpose()
-            .map_err(|e| {
-                arg(
-                    "rate",
-                    e.to_string().trim_start_matches("rate: ").to_string(),
-                )
-            })?;
         if !(o.retry_seconds.is_finite() && o.retry_seconds >= 0.0) {
             return Err(arg("retry_seconds", "give seconds >= 0"));
         }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -188,6 +189,18 @@ def os_error(exc: OSError) -> str:
     if exc.filename is not None and os.fsdecode(exc.filename) not in exc.strerror:
         return f"{os.fsdecode(exc.filename)}: {exc.strerror}"
     return exc.strerror
+
+
+def check_bind(options: dict[str, Any]) -> None:
+    """The recorder's `bind` address is one of this host's, checked before anything binds
+    (`serve` binds at net_port=, `observe` at its first scan)."""
+    if "bind" not in options:
+        return
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in options["bind"] else socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((options["bind"], 0))
+    except OSError as exc:
+        raise OptionError(f"bind: {options['bind']} is not an address of this host ({exc.strerror}); give 127.0.0.1, 0.0.0.0 or an interface's address") from None
 
 
 # -- argument groups more than one command takes ------------------------------------------

@@ -11,7 +11,25 @@ from typing import Any
 from .. import _core
 from ..observing import observe
 from ..schedule import ScheduleError, VexError
-from .args import OK, PROBLEMS, OptionError, UsageError, add_capture_arguments, add_scan_arguments, given, os_error, path, sigterm_as_interrupt
+from ..recorder import Recorder
+from ..scans import expand_disks
+from .args import (
+    OK,
+    PROBLEMS,
+    OptionError,
+    UsageError,
+    add_capture_arguments,
+    add_scan_arguments,
+    check_bind,
+    given,
+    os_error,
+    path,
+    positive,
+    sigterm_as_interrupt,
+)
+
+#: The engine's names for where shipping goes, as observe's flags name them.
+_SHIP_OPTIONS = {"to": "ship_to", "rate": "ship_rate", "token_file": "token_file"}
 
 
 def add_observe(sub: Any) -> None:
@@ -39,7 +57,7 @@ def add_observe(sub: Any) -> None:
     p.add_argument("--token-file", type=path, metavar="FILE", help="the receiver's shared token (with --ship-to)")
     p.add_argument("--ship-rate", metavar="RATE", help="cap shipping's rate: 2Gbps (bits per second) or 250MB/s (bytes); shipping runs at low priority in any case")
     p.add_argument("--summary-json", type=path, metavar="FILE", help="also write the session summary there, as JSON")
-    p.add_argument("--clock-limit", type=float, default=0.5, metavar="SECONDS",
+    p.add_argument("--clock-limit", type=positive(), default=0.5, metavar="SECONDS",
                    help="flag a stream whose VDIF time is further than this from the host clock (default 0.5)")
     p.set_defaults(func=run_observe)
 
@@ -51,8 +69,22 @@ def run_observe(a: argparse.Namespace) -> int:
         options["disk_faults"] = dict(a.disk_faults)
     if a.ship_to and not a.token_file:
         raise UsageError("--ship-to needs --token-file: the receiver's shared token")
+    if (a.token_file or a.ship_rate) and not a.ship_to:
+        raise UsageError("--token-file and --ship-rate go with --ship-to: give the receiver as --ship-to HOST:PORT")
     if a.summary_json and not os.path.isdir(os.path.dirname(os.path.abspath(a.summary_json))):
         raise OptionError(f"summary_json: cannot write {a.summary_json}: its folder does not exist")
+    # Every option is checked now, before the schedule's first scan and before any port is bound.
+    Recorder(**options, disks=disks)
+    check_bind(options)
+    for d in expand_disks(disks):
+        if not os.path.isdir(d):
+            raise OptionError(f"disks: {d} does not exist or is not a folder")
+    if a.ship_to:
+        try:
+            _core.check_push_destination(a.ship_to, a.token_file, a.ship_rate)
+        except _core.ArgumentError as exc:
+            name, sep, why = str(exc).partition(": ")
+            raise OptionError(f"{_SHIP_OPTIONS.get(name, name)}{sep}{why}") from None
     try:
         with sigterm_as_interrupt():
             summary = observe(

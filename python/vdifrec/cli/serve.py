@@ -17,7 +17,7 @@ from ..scans import expand_disks
 from ..vsi.client import VSIClient, VSIError, host_and_port
 from ..vsi.server import CommandLog, ControlServer
 from ..vsi.station import Station
-from .args import OptionError, UsageError, add_capture_arguments, add_scan_arguments, given, path, positive, sigterm_as_interrupt
+from .args import check_bind, OptionError, UsageError, add_capture_arguments, add_scan_arguments, given, path, positive, sigterm_as_interrupt
 
 #: jive5ab's control port.
 CONTROL_PORT = 2620
@@ -75,13 +75,9 @@ def run_serve(a: argparse.Namespace) -> int:
     for d in expand_disks(disks):
         if not os.path.isdir(d):
             raise OptionError(f"disks: {d} does not exist or is not a folder")
-    if "port" not in options and "bind" in options:
+    if "port" not in options:
         # Nothing binds until net_port= does: the address is checked now all the same.
-        try:
-            with socket.socket(socket.AF_INET6 if ":" in options["bind"] else socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.bind((options["bind"], 0))
-        except OSError as exc:
-            raise OptionError(f"bind: {options['bind']} is not an address of this host ({exc.strerror}); give 127.0.0.1, 0.0.0.0 or an interface's address") from None
+        check_bind(options)
     log = CommandLog(log_file)
     station = Station(options, disks, gather_dir, note=lambda s: log("vdifrec", s))
     try:

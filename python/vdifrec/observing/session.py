@@ -26,7 +26,7 @@ from ..recorder import Recorder
 from ..reports import ScanSummary
 from ..scans import expand_disks
 from ..scans import scans as scans_on_disks
-from ..schedule import Schedule, ScheduleError
+from ..schedule import Schedule, ScheduleError, make_plan
 from ..schedule.model import iso
 from .checks import CLOCK_LIMIT_S, clock_warning, mismatches, ref_epoch_unix, stream_seen
 from .results import BEFORE, INTERRUPTED, MISSED, NOT_OK, RECORDED, RECORDING, WAITING, ScanResult, SessionSummary
@@ -140,6 +140,11 @@ class Session:
 
     # -- the session ---------------------------------------------------------------------
     def run(self) -> SessionSummary:
+        # What the plan foresees (disks that will fill, windows that overlap), said first.
+        for w in make_plan(self.schedule, self.summary.station, disks=self.disks).warnings:
+            if w.blocks and w.kind not in ("format", "name"):  # those are each scan's line
+                self.summary.warnings.append(f"plan: {w.message}")
+                self.say(f"WARNING plan: {w.message}")
         self._sort_out(time.time())
         if not any(r.state == WAITING for r in self.summary.scans):
             self.summary.ended = iso(dt.datetime.now(dt.timezone.utc))

@@ -145,6 +145,20 @@ def read_vex(path: str | os.PathLike[str]) -> VexFile:
 
 def parse_vex(text: str, source: str = "<string>") -> VexFile:
     """Parses VEX text; ``source`` names it in errors."""
+    # Text whose first word is not VEX_rev is no VEX at all: said as such, not as the first
+    # syntax error its lines happen to make.
+    line, column = 1, 1
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup
+        if kind == "newline":
+            line, column = line + 1, 1
+            continue
+        if kind in ("space", "comment"):
+            column += len(m.group())
+            continue
+        if m.group() != "VEX_rev":
+            raise VexError(source, line, column, "not a VEX file: a VEX file starts with VEX_rev = 1.5; or VEX_rev = 2.0;")
+        break
     return _Parser(text, source).parse()
 
 
