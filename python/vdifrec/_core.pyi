@@ -32,6 +32,7 @@ __all__ = [
     "build_profile",
     "check",
     "check_scan",
+    "check_push_destination",
     "cross_frames",
     "decode_payloads",
     "defaults",
