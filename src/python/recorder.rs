@@ -197,8 +197,12 @@ impl PyRecorder {
         let deadline =
             timeout.map(|t| std::time::Instant::now() + Duration::from_secs_f64(t.max(0.0)));
         loop {
-            // Short waits, so that Ctrl-C reaches Python and other calls get the recorder.
-            let slice = Duration::from_millis(100);
+            // Short waits, so that Ctrl-C reaches Python and other calls get the recorder; none
+            // past the deadline (a timeout of 0 only looks).
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            let slice = left.map_or(Duration::from_millis(100), |l| {
+                l.min(Duration::from_millis(100))
+            });
             // (summary, whether to wait on)
             let (got, wait_on) = self.with_recorder(py, |r| {
                 Ok(match &name {

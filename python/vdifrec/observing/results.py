@@ -68,10 +68,16 @@ class ScanResult:
         if s is None:
             return {}
         fs = max(s.frame_size, 1)
+        # The frames missing from the window (`frames_lost`, its edges included) by cause: the
+        # kernel's and the ring's counts run to the scan's close, a moment past its window, so
+        # they are capped by what the window lacks; the rest was lost on the network.
+        inside = max(0, s.frames_lost - s.frames_lost_at_edges)
+        kernel = min(s.kernel_drops, inside)
+        ring = min(s.ring_overflows, inside - kernel)
         causes = {
-            "network": max(0, s.frames_lost - s.frames_lost_at_edges - s.kernel_drops - s.ring_overflows),
-            "kernel": s.kernel_drops,
-            "ring": s.ring_overflows,
+            "network": inside - kernel - ring,
+            "kernel": kernel,
+            "ring": ring,
             "edges": s.frames_lost_at_edges,
             "disk": s.bytes_dropped_disk // fs,
         }
