@@ -47,6 +47,7 @@ __all__ = [
     "plain_lut_decode",
     "repair",
     "scan_info",
+    "scan_name_problem",
     "scans",
     "spectrum_frames",
     "two_bit_state_fractions",
@@ -400,6 +401,9 @@ class Sender:
         """The summary as JSON once finished, else None after ``timeout`` seconds."""
     def stop(self) -> str: ...
     def finished(self) -> bool: ...
+
+def scan_name_problem(name: str) -> str | None:
+    """Why the recorder would refuse ``name`` for a scan; None when it takes it."""
 
 def check_push_destination(to: str, token_file: str, rate: str | None = None) -> None:
     """Checks a push's receiver (HOST:PORT), token file and rate before any push starts."""

@@ -93,8 +93,16 @@ pub fn repair(
     to_json(&report)
 }
 
+/// Why the recorder would refuse `name` for a scan (None: it takes it): the rule the schedule
+/// reader checks its names on disk against.
+#[pyfunction]
+pub fn scan_name_problem(name: &str) -> Option<String> {
+    crate::vdif::layout::scan_name_problem(name)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scans, m)?)?;
+    m.add_function(wrap_pyfunction!(scan_name_problem, m)?)?;
     m.add_function(wrap_pyfunction!(repair, m)?)?;
     m.add_function(wrap_pyfunction!(scan_info, m)?)?;
     m.add_function(wrap_pyfunction!(gather, m)?)?;

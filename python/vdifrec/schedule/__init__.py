@@ -8,7 +8,7 @@ under what name, in what format, and what they will need of the disks.
 - :mod:`~vdifrec.schedule.model`: :class:`Schedule`, :class:`Station`, :class:`ScheduledScan`;
 - :mod:`~vdifrec.schedule.plan`: a station's :class:`Plan` (``vdifrec plan``).
 
-Nothing here needs the engine (``vdifrec._core``).
+Only the rule for scan names comes from the engine (``vdifrec._core``), which owns it.
 """
 
 from __future__ import annotations
