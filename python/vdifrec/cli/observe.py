@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import _core
 from ..observing import observe
+from ..observing.checks import CLOCK_LIMIT_S
 from ..schedule import ScheduleError, VexError
 from ..recorder import Recorder
 from ..scans import expand_disks
@@ -57,8 +58,8 @@ def add_observe(sub: Any) -> None:
     p.add_argument("--token-file", type=path, metavar="FILE", help="the receiver's shared token (with --ship-to)")
     p.add_argument("--ship-rate", metavar="RATE", help="cap shipping's rate: 2Gbps (bits per second) or 250MB/s (bytes); shipping runs at low priority in any case")
     p.add_argument("--summary-json", type=path, metavar="FILE", help="also write the session summary there, as JSON")
-    p.add_argument("--clock-limit", type=positive(), default=0.5, metavar="SECONDS",
-                   help="flag a stream whose VDIF time is further than this from the host clock (default 0.5)")
+    p.add_argument("--clock-limit", type=positive(), default=CLOCK_LIMIT_S, metavar="SECONDS",
+                   help=f"flag a stream whose VDIF time stays further than this from the host clock (default {CLOCK_LIMIT_S:g})")
     p.set_defaults(func=run_observe)
 
 
