@@ -305,6 +305,19 @@ def run_cli(*args: str, timeout: float = 120, check: bool = False) -> subprocess
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=check)
 
 
+#: A shared token, as a station and its correlator keep it (pushes, receivers, shipping).
+TOKEN = "station-token-0123456789abcdef"
+
+
+@pytest.fixture
+def token(tmp_path: Path) -> Path:
+    """TOKEN in a file readable by its owner only, as vdifrec wants a token file."""
+    f = tmp_path / "token"
+    f.write_text(TOKEN + "\n")
+    f.chmod(0o600)
+    return f
+
+
 @pytest.fixture
 def cli():
     return run_cli

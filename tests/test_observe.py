@@ -37,7 +37,6 @@ FS, FPS = 544, 125_000
 # 4 channels x 2 bits x 64 Ms/s / (8 x 512 payload bytes) = 125,000 frames/s.
 FORMAT = dict(frame_size=FS, fps=FPS, channels=4, bits=2)
 SIGNAL = dict(frame_size=FS, fps=FPS, nchan=4, bits=2)
-TOKEN = "observatory-token-0123456789abcdef"
 #: Seconds from now to the first scan: the recorder is up and the sender started by then.
 LEAD = 4
 
@@ -93,14 +92,6 @@ def check_scan(result: dict[str, Any], sent: np.ndarray, t_sent: np.ndarray, dis
     else:
         assert result["state"] == "NOT OK" and sum(result["lost"].values()) == len(missing), result
     return data
-
-
-@pytest.fixture
-def token(tmp_path: Path) -> Path:
-    f = tmp_path / "token"
-    f.write_text(TOKEN + "\n")
-    f.chmod(0o600)
-    return f
 
 
 @pytest.mark.slow

@@ -205,14 +205,6 @@ def test_dask_reads_a_torn_scan_as_the_reader_does(torn: tuple[Torn, Path, bytes
         assert x.torn == fh.torn
 
 
-@pytest.fixture
-def token(tmp_path: Path) -> Path:
-    f = tmp_path / "token"
-    f.write_text("station-token-0123456789abcdef\n")
-    f.chmod(0o600)
-    return f
-
-
 def push(t: Torn, token: Path, into: Path, **kw: Any) -> dict[str, Any]:
     with vdifrec.Receiver(into, listen="127.0.0.1:0", token_file=token) as r:
         return vdifrec.push(t.name, disks=t.d, to=r.address, token_file=token, block_size=64 << 10, **kw)

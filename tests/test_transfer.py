@@ -28,22 +28,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import TOKEN
 import xxhash
 from relay import Relay
 from test_scans import make_disks, original, part_bytes, write_mk6, write_vbs
 
 import vdifrec
 
-TOKEN = "station-token-0123456789abcdef"
 MiB = 1 << 20
-
-
-@pytest.fixture
-def token(tmp_path: Path) -> Path:
-    f = tmp_path / "token"
-    f.write_text(TOKEN + "\n")
-    f.chmod(0o600)
-    return f
 
 
 @pytest.fixture

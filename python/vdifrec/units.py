@@ -1,7 +1,9 @@
-"""Argument conversion shared by the API and the command line: rates, sizes, paths."""
+"""Argument conversion shared by the API and the command line: rates, sizes, paths, and the
+engine's UTC times."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 from collections.abc import Mapping
 from typing import Any, TypeVar, cast
@@ -48,3 +50,9 @@ def plain_options(options: T) -> T:
             v = [os.fspath(x) if isinstance(x, os.PathLike) else x for x in v]
         out[k] = v
     return cast(T, out)
+
+
+def iso_utc(text: str) -> _dt.datetime:
+    """A UTC time as the engine writes it (ISO 8601 to the nanosecond, kept to the microsecond:
+    Python 3.10's ``fromisoformat`` takes no more)."""
+    return _dt.datetime.fromisoformat(text.rstrip("Z")[:26]).replace(tzinfo=_dt.timezone.utc)

@@ -15,6 +15,8 @@ from typing import Any, NoReturn
 
 from .. import _core
 from ..analysis.fringe import DEFAULT_SNR_THRESHOLD
+from ..recorder import Recorder
+from ..scans import expand_disks
 
 #: Exit statuses: 0 all is well, 1 a problem found (frames lost, a check failed), 2 a usage error.
 OK, PROBLEMS, USAGE = 0, 1, 2
@@ -189,6 +191,21 @@ def os_error(exc: OSError) -> str:
     if exc.filename is not None and os.fsdecode(exc.filename) not in exc.strerror:
         return f"{os.fsdecode(exc.filename)}: {exc.strerror}"
     return exc.strerror
+
+
+def scan_recorder_options(a: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """The recorder's options given on the command line and its disks apart (`serve`,
+    `observe`), every one checked by the engine now, before any port is bound, and each disk a
+    folder."""
+    options = given(a, "recorder")
+    disks = options.pop("disks")
+    if a.disk_faults:
+        options["disk_faults"] = dict(a.disk_faults)
+    Recorder(**{"port": "0", **options, "disks": disks})
+    for d in expand_disks(disks):
+        if not os.path.isdir(d):
+            raise OptionError(f"disks: {d} does not exist or is not a folder")
+    return options, disks
 
 
 def check_bind(options: dict[str, Any]) -> None:

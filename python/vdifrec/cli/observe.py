@@ -12,8 +12,6 @@ from .. import _core
 from ..observing import observe
 from ..observing.checks import CLOCK_LIMIT_S
 from ..schedule import ScheduleError, VexError
-from ..recorder import Recorder
-from ..scans import expand_disks
 from .args import (
     OK,
     PROBLEMS,
@@ -22,7 +20,7 @@ from .args import (
     add_capture_arguments,
     add_scan_arguments,
     check_bind,
-    given,
+    scan_recorder_options,
     os_error,
     path,
     positive,
@@ -64,22 +62,15 @@ def add_observe(sub: Any) -> None:
 
 
 def run_observe(a: argparse.Namespace) -> int:
-    options = given(a, "recorder")
-    disks = options.pop("disks")
-    if a.disk_faults:
-        options["disk_faults"] = dict(a.disk_faults)
+    # Every option is checked now, before the schedule's first scan and before any port is bound.
+    options, disks = scan_recorder_options(a)
+    check_bind(options)
     if a.ship_to and not a.token_file:
         raise UsageError("--ship-to needs --token-file: the receiver's shared token")
     if (a.token_file or a.ship_rate) and not a.ship_to:
         raise UsageError("--token-file and --ship-rate go with --ship-to: give the receiver as --ship-to HOST:PORT")
     if a.summary_json and not os.path.isdir(os.path.dirname(os.path.abspath(a.summary_json))):
         raise OptionError(f"summary_json: cannot write {a.summary_json}: its folder does not exist")
-    # Every option is checked now, before the schedule's first scan and before any port is bound.
-    Recorder(**options, disks=disks)
-    check_bind(options)
-    for d in expand_disks(disks):
-        if not os.path.isdir(d):
-            raise OptionError(f"disks: {d} does not exist or is not a folder")
     if a.ship_to:
         try:
             _core.check_push_destination(a.ship_to, a.token_file, a.ship_rate)

@@ -12,12 +12,20 @@ import time
 from typing import Any, TextIO
 
 from .. import _core
-from ..recorder import Recorder
-from ..scans import expand_disks
 from ..vsi.client import VSIClient, VSIError, host_and_port
 from ..vsi.server import CommandLog, ControlServer
 from ..vsi.station import Station
-from .args import check_bind, OptionError, UsageError, add_capture_arguments, add_scan_arguments, given, path, positive, sigterm_as_interrupt
+from .args import (
+    OptionError,
+    UsageError,
+    add_capture_arguments,
+    add_scan_arguments,
+    check_bind,
+    path,
+    positive,
+    scan_recorder_options,
+    sigterm_as_interrupt,
+)
 
 #: jive5ab's control port.
 CONTROL_PORT = 2620
@@ -55,10 +63,8 @@ def add_serve(sub: Any) -> None:
 
 
 def run_serve(a: argparse.Namespace) -> int:
-    options = given(a, "recorder")
-    disks = options.pop("disks")
-    if a.disk_faults:
-        options["disk_faults"] = dict(a.disk_faults)
+    # Every option is checked by the engine now, before any port is bound.
+    options, disks = scan_recorder_options(a)
     gather_dir = a.gather_dir or os.getcwd()
     if not os.path.isdir(gather_dir):
         raise OptionError(f"gather_dir: {gather_dir} is not a directory")
@@ -70,11 +76,6 @@ def run_serve(a: argparse.Namespace) -> int:
             log_file = open(a.log, "a")  # noqa: SIM115 - open for the whole session
         except OSError as exc:
             raise OptionError(f"log: cannot write {a.log}: {exc.strerror}") from None
-    # Every option is checked by the engine now, before any port is bound.
-    Recorder(**{"port": "0", **options, "disks": disks})
-    for d in expand_disks(disks):
-        if not os.path.isdir(d):
-            raise OptionError(f"disks: {d} does not exist or is not a folder")
     if "port" not in options:
         # Nothing binds until net_port= does: the address is checked now all the same.
         check_bind(options)

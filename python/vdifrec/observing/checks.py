@@ -10,6 +10,7 @@ import time
 
 from .._core import Header
 from ..recorder import Recorder
+from ..reports import Stats
 from ..schedule import RecordingFormat
 
 #: A stream whose VDIF time differs from the host clock by more than this is flagged.
@@ -43,21 +44,29 @@ def ref_epoch_unix(ref_epoch: int) -> int:
     return calendar.timegm((2000 + ref_epoch // 2, 1 + 6 * (ref_epoch % 2), 1, 0, 0, 0))
 
 
+def newest_frame_time(stats: Stats) -> float | None:
+    """VDIF time of the newest frame, POSIX seconds: to the frame once the frame rate is known
+    for sure, else to its second; None before the first frame."""
+    latest = stats.latest_frame
+    if latest is None:
+        return None
+    fps = stats.frames_per_second if stats.frames_per_second_known else 0
+    return ref_epoch_unix(latest["ref_epoch"]) + latest["seconds"] + (latest["frame_nr"] / fps if fps else 0.0)
+
+
 def stream_seen(rec: Recorder) -> StreamSeen | None:
     """The stream arriving at ``rec`` now; None before its first frame."""
     stats = rec.stats()
-    latest = stats.latest_frame
-    if latest is None or stats.frame_size == 0 or stats.seconds_since_datagram is None:
+    vdif = newest_frame_time(stats)
+    if vdif is None or stats.frame_size == 0 or stats.seconds_since_datagram is None:
         return None
     try:
         header = Header.from_bytes(bytes(rec.latest(1)[0][:32]), verify=False)
     except (ValueError, IndexError, RuntimeError):
         return None
-    fps = stats.frames_per_second if stats.frames_per_second_known else 0
-    vdif = ref_epoch_unix(latest["ref_epoch"]) + latest["seconds"] + (latest["frame_nr"] / fps if fps else 0.0)
     return StreamSeen(
         frame_size=stats.frame_size,
-        frames_per_second=fps,
+        frames_per_second=stats.frames_per_second if stats.frames_per_second_known else 0,
         threads=stats.threads,
         channels=header.nchan,
         bits=header.bits,

@@ -28,7 +28,8 @@ from ..scans import expand_disks
 from ..scans import scans as scans_on_disks
 from ..schedule import Schedule, ScheduleError, make_plan
 from ..schedule.model import iso
-from .checks import CLOCK_LIMIT_S, clock_warning, mismatches, ref_epoch_unix, stream_seen
+from ..units import iso_utc
+from .checks import CLOCK_LIMIT_S, clock_warning, mismatches, newest_frame_time, stream_seen
 from .results import BEFORE, INTERRUPTED, MISSED, NOT_OK, RECORDED, RECORDING, WAITING, ScanResult, SessionSummary
 from .shipping import Shipper
 
@@ -61,17 +62,10 @@ def _covers(found: dict[str, Any], s: Any) -> bool:
     first, last = found.get("first"), found.get("last")
     if not found.get("closed") or not first or not last or found.get("missing") or found.get("torn"):
         return False
-    t0 = _iso_unix(first["time"])
+    t0 = iso_utc(first["time"]).timestamp()
     # A time to the second only (the reader did not learn the frame rate): the whole second.
-    t1 = _iso_unix(last["time"]) + (0.0 if "." in last["time"] else 1.0)
+    t1 = iso_utc(last["time"]).timestamp() + (0.0 if "." in last["time"] else 1.0)
     return t0 <= _unix(s.window_start) + EDGE_S and t1 >= _unix(s.window_stop) - EDGE_S
-
-
-def _iso_unix(text: str) -> float:
-    """POSIX seconds of ISO 8601 UTC text to the nanosecond (``2026-03-05T12:00:01.000008``)."""
-    whole, _, fraction = text.rstrip("Z").partition(".")
-    t = dt.datetime.fromisoformat(whole).replace(tzinfo=dt.timezone.utc).timestamp()
-    return t + (float("0." + fraction) if fraction else 0.0)
 
 
 class Session:
@@ -202,13 +196,11 @@ class Session:
     def _stream_now(self, rec: Recorder) -> float:
         """VDIF time of the newest frame, if one arrived within the last second; else the host
         clock."""
-        wall = time.time()
         stats = rec.stats()
-        latest, since = stats.latest_frame, stats.seconds_since_datagram
-        if latest is None or since is None or since > 1.0 or not stats.frames_per_second_known:
-            return wall
-        return (ref_epoch_unix(latest["ref_epoch"]) + latest["seconds"]
-                + latest["frame_nr"] / max(stats.frames_per_second, 1) + since)
+        newest, since = newest_frame_time(stats), stats.seconds_since_datagram
+        if newest is None or since is None or since > 1.0 or not stats.frames_per_second_known:
+            return time.time()
+        return newest + since
 
     def _queue(self, rec: Recorder, r: ScanResult, now: float) -> bool:
         """Scan ``r`` into the recorder; False when it must wait (a window that starts within a
@@ -303,7 +295,7 @@ class Session:
         self._check_stream(rec, r, final=True)
         if r.joined_at is not None and got.first_frame and r.scan.format is not None:
             f = r.scan.format
-            seconds = _unix(r.scan.window_stop) - _iso_unix(got.first_frame)
+            seconds = _unix(r.scan.window_stop) - iso_utc(got.first_frame).timestamp()
             r.frames_expected = round(seconds * (f.frames_per_second or 0)) * max(len(f.threads), 1)
         whole = got.frames > 0 and (r.frames_expected is None or got.frames >= r.frames_expected)
         if r.state == INTERRUPTED:

@@ -62,11 +62,6 @@ def vex_time(t: _dt.datetime) -> str:
     return f"{t.year:04d}y{t.timetuple().tm_yday:03d}d{t.hour:02d}h{t.minute:02d}m{sec:07.4f}s"
 
 
-def iso_utc(text: str) -> _dt.datetime:
-    """A UTC time as the engine writes it (ISO 8601 to the nanosecond, kept to the microsecond:
-    Python 3.10's ``fromisoformat`` takes no more)."""
-    return _dt.datetime.fromisoformat(text.rstrip("Z")[:26]).replace(tzinfo=_dt.timezone.utc)
-
 
 @dataclasses.dataclass(frozen=True)
 class Mode:

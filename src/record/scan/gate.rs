@@ -153,37 +153,31 @@ impl Gate {
     /// Waits until scan `name` is on disk and returns its summary; None when `timeout`
     /// passed first, or no such scan was started.
     pub fn wait_for(&self, name: &str, timeout: Option<Duration>) -> Option<ScanSummary> {
-        let (m, cv) = &*self.board;
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let mut b = m.lock().unwrap();
-        loop {
-            if let Some(s) = b.finished.iter().rev().find(|s| s.name == name) {
-                return Some(s.clone());
-            }
-            if b.exited || !b.active.iter().any(|a| a.0 == name) {
-                return None;
-            }
-            let wait = match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return None;
-                    }
-                    d - now
-                }
-                None => Duration::from_millis(200),
-            };
-            b = cv.wait_timeout(b, wait).unwrap().0;
-        }
+        let b = self.wait_until(timeout, |b| {
+            b.exited
+                || b.finished.iter().any(|s| s.name == name)
+                || !b.active.iter().any(|a| a.0 == name)
+        })?;
+        b.finished.iter().rev().find(|s| s.name == name).cloned()
     }
 
     /// Waits until no scan is active and returns the newest finished scan's summary; None
     /// when `timeout` passed first.
     pub fn wait_scan(&self, timeout: Option<Duration>) -> Option<ScanSummary> {
+        let b = self.wait_until(timeout, |b| b.active.is_empty() || b.exited)?;
+        b.finished.last().cloned()
+    }
+
+    /// The board once `settled` says so; None when `timeout` passed first.
+    fn wait_until(
+        &self,
+        timeout: Option<Duration>,
+        settled: impl Fn(&Board) -> bool,
+    ) -> Option<std::sync::MutexGuard<'_, Board>> {
         let (m, cv) = &*self.board;
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut b = m.lock().unwrap();
-        while !b.active.is_empty() && !b.exited {
+        while !settled(&b) {
             let wait = match deadline {
                 Some(d) => {
                     let now = Instant::now();
@@ -196,7 +190,7 @@ impl Gate {
             };
             b = cv.wait_timeout(b, wait).unwrap().0;
         }
-        b.finished.last().cloned()
+        Some(b)
     }
 
     /// Every finished scan, and the bytes buffered outside any scan.

@@ -10,7 +10,8 @@ import os
 from typing import TYPE_CHECKING
 
 from ... import _core
-from ..common import Problem, ScanPointer, iso_utc, ostream_num, query_only, reply, vex_time
+from ...units import iso_utc
+from ..common import Problem, ScanPointer, ostream_num, query_only, reply, vex_time
 from ..protocol import Code, Command, Reply
 
 if TYPE_CHECKING:

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import _core
-from ..common import Problem, ScanPointer, iso_utc, one_field, ostream_num, query_only, reply, vex_time
+from ...units import iso_utc
+from ..common import Problem, ScanPointer, one_field, ostream_num, query_only, reply, vex_time
 from ..disk2file import Disk2File
 from ..protocol import Code, Command, Reply
 
