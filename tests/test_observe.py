@@ -38,7 +38,7 @@ FS, FPS = 544, 125_000
 FORMAT = dict(frame_size=FS, fps=FPS, channels=4, bits=2)
 SIGNAL = dict(frame_size=FS, fps=FPS, nchan=4, bits=2)
 #: Seconds from now to the first scan: the recorder is up and the sender started by then.
-LEAD = 4
+LEAD = 6
 
 
 def whole_second_from_now(seconds: int) -> dt.datetime:
