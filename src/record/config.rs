@@ -110,6 +110,9 @@ pub struct RecorderOptions {
     pub disk_faults: std::collections::BTreeMap<PathBuf, String>,
     /// Write one scan per VDIF `thread` or `station`, named `<scan>_ds<key>` (None: one scan).
     pub split: Option<String>,
+    /// Forward the stream live to these destinations while recording it
+    /// (`udp://`/`udps://`/`tcp://HOST:PORT[?threads=..&channels=..&payload=..&rate=..]`).
+    pub forward: Vec<String>,
 }
 
 impl Default for RecorderOptions {
@@ -153,6 +156,7 @@ impl Default for RecorderOptions {
             writers: None,
             disk_faults: Default::default(),
             split: None,
+            forward: Vec::new(),
         }
     }
 }
@@ -358,6 +362,8 @@ pub struct RecorderConfig {
     pub latency: bool,
     /// Scans to disks (None: one continuous recording to `target`, or monitoring).
     pub scans: Option<ScanSetup>,
+    /// Forwarding destinations, read and resolved (`forward::Destination`), as given.
+    pub forward: Vec<String>,
 }
 
 impl Default for RecorderConfig {
@@ -466,6 +472,7 @@ impl RecorderConfig {
             live: live(o)?,
             latency: o.latency,
             scans,
+            forward: o.forward.clone(),
         };
         config.check(check_memory)?;
         Ok(config)
@@ -477,6 +484,9 @@ impl RecorderConfig {
     /// backends need a port. `from_options` and `Recorder::start` both run it.
     pub fn check(&self, check_memory: bool) -> Result<(), ArgError> {
         offset(self.offset as i64)?;
+        for f in &self.forward {
+            crate::record::forward::Destination::parse(f)?;
+        }
         if self.psn && self.offset < 8 {
             return Err(ArgError::new(
                 "psn",

@@ -22,6 +22,7 @@ pub mod classify;
 pub mod config;
 pub mod diskio;
 pub mod diskspace;
+pub mod forward;
 pub mod latency;
 pub mod live;
 pub mod observing;

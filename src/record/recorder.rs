@@ -13,6 +13,7 @@ use crate::record::capture::{self, CaptureSetup};
 pub use crate::record::config::{
     BackendKind, PortOption, RecorderConfig, RecorderOptions, StreamAddr, Target,
 };
+use crate::record::forward::{ForwardStats, Forwarding};
 use crate::record::live::{Analyser, LiveMonitor};
 use crate::record::ring::{RingError, RingMemory};
 use crate::record::scan::disks::{open_disks, unused_name, DiskSet};
@@ -174,6 +175,8 @@ pub struct Recorder {
     summary: Option<Summary>,
     status: Option<crate::record::status::StatusServer>,
     live: Option<LiveMonitor>,
+    /// The destinations the stream is forwarded to while it is recorded.
+    forwarding: Forwarding,
 }
 
 impl Recorder {
@@ -292,6 +295,7 @@ impl Recorder {
             }
             None => None,
         };
+        let forwarding = Forwarding::new(streams.iter().map(|s| s.shared.clone()).collect());
         let mut rec = Recorder {
             shared,
             streams,
@@ -305,6 +309,7 @@ impl Recorder {
             summary: None,
             status: None,
             live: None,
+            forwarding,
         };
         // Each capture thread pins itself and says it is receiving; wait for them (bounded).
         for k in 0..rec.streams.len() {
@@ -322,6 +327,12 @@ impl Recorder {
                         "no answer from the capture thread within 30 s".into(),
                     ));
                 }
+            }
+        }
+        for text in rec.config.forward.clone() {
+            if let Err(e) = rec.forwarding.add(&text, true, false) {
+                rec.stop();
+                return Err(e.into());
             }
         }
         if let Some(addr) = rec.config.status_listen {
@@ -456,6 +467,8 @@ impl Recorder {
             // A capture that never started still counts as done for the writer.
             s.shared.set_capture_done();
         }
+        // The forwarders send what is left in the rings while the writers drain them.
+        self.forwarding.drain();
         if let Some(g) = &mut self.gate {
             // A running scan is closed and written out first.
             g.join();
@@ -467,12 +480,40 @@ impl Recorder {
                 );
             }
         }
+        self.forwarding.finish();
         let summary = self.summarise();
         self.shared.set_stopped();
         // Watchers see the connection go away once the recording is summarised.
         self.status = None;
         self.summary = Some(summary.clone());
         summary
+    }
+
+    /// Forwards the stream to `destination` (`udp://host:port?...`) from its newest frame
+    /// on; `enabled` false connects but sends nothing until `set_forward`. Returns its id.
+    pub fn add_forward(&mut self, destination: &str, enabled: bool) -> Result<u32, ArgError> {
+        if self.summary.is_some() {
+            return Err(ArgError::new(
+                "forward",
+                "the recording has ended: start a new recorder to forward",
+            ));
+        }
+        self.forwarding.add(destination, enabled, true)
+    }
+
+    /// Pauses (false) or resumes (true) forwarding to destination `id`.
+    pub fn set_forward(&self, id: u32, enabled: bool) -> Result<(), ArgError> {
+        self.forwarding.set_enabled(id, enabled)
+    }
+
+    /// Stops forwarding to destination `id` and closes its connection; returns its counters.
+    pub fn remove_forward(&mut self, id: u32) -> Result<ForwardStats, ArgError> {
+        self.forwarding.remove(id)
+    }
+
+    /// Every forwarding destination of the run (removed ones too), counters now.
+    pub fn forward_stats(&self) -> Vec<ForwardStats> {
+        self.shared.forward_stats()
     }
 
     /// Starts a scan: from now (or from `start`, VDIF time) until `stop_scan` (or `stop`),

@@ -9,6 +9,7 @@
 //! than block.
 
 use crate::record::accounting::{Gap, ThreadTotals};
+use crate::record::forward::{ForwardRow, ForwardStats, Link};
 use crate::record::ring::Ring;
 use crate::record::scan::unclosed::UnclosedScan;
 use crate::record::stats::{CaptureStats, FileRecord, RecordRow, ScanDurable, Stats};
@@ -67,6 +68,10 @@ struct Common {
     unclosed: Mutex<Vec<UnclosedScan>>,
     /// The observation a schedule drives, as its script last told it, for the status.
     observation: Mutex<Option<crate::record::observing::Observation>>,
+    /// The forwarding destinations of the run (removed ones too: their accounting stays),
+    /// and each one's counters at the previous row, for the rows' per-second changes.
+    forward: Mutex<Vec<Arc<Link>>>,
+    forward_at_row: Mutex<(Instant, Vec<ForwardStats>)>,
 }
 
 /// State shared by the recorder, the capture thread, the writer thread and the status server
@@ -140,6 +145,8 @@ impl Shared {
             scan_durable: Mutex::new(None),
             unclosed: Mutex::new(Vec::new()),
             observation: Mutex::new(None),
+            forward: Mutex::new(Vec::new()),
+            forward_at_row: Mutex::new((Instant::now(), Vec::new())),
         });
         Shared::with_common(has_writer, common)
     }
@@ -392,9 +399,39 @@ impl Shared {
         self.capture.lock().unwrap().clone()
     }
 
-    pub fn push_rows(&self, rows: Vec<RecordRow>) {
+    pub fn push_rows(&self, mut rows: Vec<RecordRow>) {
+        if let Some(last) = rows.last_mut() {
+            last.forward = self.forward_since_last_row();
+        }
         self.common.rows.lock().unwrap().extend(rows);
         self.common.rows_cv.notify_all();
+    }
+
+    // -- forwarding ---------------------------------------------------------------------
+
+    /// A forwarding destination joins the run's accounting.
+    pub fn add_forward_link(&self, link: Arc<Link>) {
+        self.common.forward.lock().unwrap().push(link);
+    }
+    /// Every destination's counters now (removed ones too).
+    pub fn forward_stats(&self) -> Vec<ForwardStats> {
+        let links = self.common.forward.lock().unwrap().clone();
+        links.iter().map(|l| l.snapshot()).collect()
+    }
+    /// What each destination did since the previous row (of any stream).
+    fn forward_since_last_row(&self) -> Vec<ForwardRow> {
+        if self.common.forward.lock().unwrap().is_empty() {
+            return Vec::new();
+        }
+        let now = self.forward_stats();
+        let mut at = self.common.forward_at_row.lock().unwrap();
+        let seconds = at.0.elapsed().as_secs_f64();
+        let rows = now
+            .iter()
+            .map(|s| ForwardRow::between(at.1.iter().find(|b| b.id == s.id), s, seconds))
+            .collect();
+        *at = (Instant::now(), now);
+        rows
     }
     /// Every completed second so far.
     pub fn rows(&self) -> Vec<RecordRow> {
@@ -537,6 +574,7 @@ impl Shared {
             error: self.error(),
             capture,
             streams: Vec::new(),
+            forward: self.forward_stats(),
         }
     }
 }

@@ -133,6 +133,9 @@ pub struct RecordRow {
     pub malformed: u64,
     /// Kernel drops since the previous row.
     pub kernel_drops: u64,
+    /// What each forwarding destination did since the previous row.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub forward: Vec<crate::record::forward::ForwardRow>,
 }
 
 /// How much of the running scan is known to be on disk, should the recorder be killed or the
@@ -179,6 +182,8 @@ pub struct Stats {
     pub error: Option<String>,
     /// Each stream (port) of the recording; the counters above are their sums.
     pub streams: Vec<StreamStats>,
+    /// Each forwarding destination's counters (empty: none).
+    pub forward: Vec<crate::record::forward::ForwardStats>,
 }
 
 /// One stream's live counters (`/status` `streams`, `/metrics` with a `stream` label).
@@ -250,6 +255,7 @@ impl Serialize for Stats {
             capture_setup_cpu_s: c.capture_setup_cpu_s,
             error: &self.error,
             streams: &self.streams,
+            forward: &self.forward,
         }
         .serialize(s)
     }
@@ -297,4 +303,5 @@ struct StatsShape<'a> {
     capture_setup_cpu_s: f64,
     error: &'a Option<String>,
     streams: &'a [StreamStats],
+    forward: &'a [crate::record::forward::ForwardStats],
 }

@@ -79,6 +79,9 @@ pub struct Summary {
     pub live_skips: Option<u64>,
     /// CPU seconds the live monitor used.
     pub live_cpu_s: Option<f64>,
+    /// What each forwarding destination did (empty: none). Forwarding never decides `ok`:
+    /// the recording is judged by what reached the disk.
+    pub forward: Vec<crate::record::forward::ForwardStats>,
     /// The recording is good: everything buffered is on disk (network loss is reported, not
     /// an error). Set by `judge`, the one place this is decided.
     pub ok: bool,
@@ -228,6 +231,7 @@ pub fn summarise(run: Ended<'_>) -> Summary {
         live_computed: live.map(|l| l.computed()),
         live_skips: live.map(|l| l.skips()),
         live_cpu_s: live.map(|l| l.cpu_s()),
+        forward: first.forward_stats(),
         ok: false,
     }
     .judge()

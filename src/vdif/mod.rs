@@ -18,6 +18,7 @@ pub mod scan;
 pub mod stamp;
 pub mod time;
 pub mod torn;
+pub mod transform;
 
 pub use decode::{DecodeError, Decoder};
 pub use file::{FileError, StreamInfo, VdifFile};

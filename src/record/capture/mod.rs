@@ -624,6 +624,7 @@ fn emit_rows(
             bytes_written: written,
             malformed: malformed - c.malformed_at_last_row,
             kernel_drops: drops.saturating_sub(c.drops_at_last_row),
+            forward: Vec::new(),
         });
         c.malformed_at_last_row = malformed;
         c.drops_at_last_row = drops;
