@@ -152,7 +152,12 @@ class RustCrate:
     """The crate's modules, what each names, and what each re-exports."""
 
     def __init__(self, src: Path) -> None:
-        self.files = rust_modules(src)
+        files = rust_modules(src)
+        # A module declared `#[cfg(test)] mod name;` lives in its own file: a test module too.
+        test_only = {
+            f"{m}::{name}" for m, f in files.items() for name in re.findall(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", f.read_text())
+        }
+        self.files = {m: f for m, f in files.items() if not any(m == t or m.startswith(t + "::") for t in test_only)}
         self.code = {m: _inline_modules_flattened(_drop_test_modules(_strip(f.read_text()))) for m, f in self.files.items()}
         # module → {name: absolute path} of its `pub use` re-exports.
         self.reexports: dict[str, dict[str, str]] = {}

@@ -246,6 +246,12 @@ def _cases() -> list[Case]:
     flag("record", "--split", {"port": "thread, station or sender", "": "thread, station or sender"}, **scan)
     flag("record", "--disk-fault", {"nonsense": "DIR=full@SIZE", "{tmp}=melt@1MiB": "full or error",
                                     "/elsewhere=full@1MiB": "not one of the disks"}, **scan)
+    # Forwarding: every destination is read and its host resolved before anything binds.
+    bad_destinations = {"udp://nowhere.invalid:46227": "cannot resolve host", "udp://127.0.0.1:70000": "1 to 65535",
+                        "http://127.0.0.1:80": "udp.*udps.*tcp", "127.0.0.1:46227": "no scheme",
+                        "udp://127.0.0.1:46227?colour=red": "threads, channels, payload, rate or ipd",
+                        "udp://127.0.0.1:46227?rate=fast": "bits per second"}
+    flag("record", "--forward", bad_destinations)
 
     # -- serve and observe: the capture and scan options as record's (checked by the engine
     # before the control port, any data port or the schedule's first scan), and their own
@@ -272,6 +278,8 @@ def _cases() -> list[Case]:
         flag(sv, "--writers", {"0": r"1\.\.64", "abc": WHOLE})
         flag(sv, "--split", {"port": "thread, station or sender"})
         flag(sv, "--disk-fault", {"nonsense": "DIR=full@SIZE", "/elsewhere=full@1MiB": "not one of the disks"})
+        flag(sv, "--forward", {"udp://nowhere.invalid:46227": "cannot resolve host", "tcp://127.0.0.1:0": "1 to 65535",
+                               "http://127.0.0.1:80": "udp.*udps.*tcp"})
     sv = "serve"
     control = r"\[HOST:\]PORT"
     flag(sv, "--control", {"nonsense": control, "99999": control, ":2620": control, "": control})

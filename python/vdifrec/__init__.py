@@ -35,7 +35,17 @@ from .reader import Reader, decode, open
 from .observing import ScanResult, SessionSummary, observe
 from .recorder import Recorder
 from .remote import RemoteStatus, RemoteStatuses
-from .reports import DiskRecord, FileRecord, ScanSummary, SecondRow, Stats, Summary, ThreadSecond
+from .reports import (
+    DiskRecord,
+    FileRecord,
+    ForwardSecond,
+    ForwardStats,
+    ScanSummary,
+    SecondRow,
+    Stats,
+    Summary,
+    ThreadSecond,
+)
 from .scans import gather, repair, scans
 from .schedule import RecordingFormat, Schedule, ScheduledScan, ScheduleError, VexError
 from .sources import Sender, generate, send
@@ -87,6 +97,8 @@ __all__ = [
     "ScheduleError",
     "ScheduledScan",
     "SecondRow",
+    "ForwardStats",
+    "ForwardSecond",
     "Sender",
     "SenderError",
     "StaleViewError",

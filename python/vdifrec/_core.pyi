@@ -135,6 +135,7 @@ class RecorderOptions(TypedDict, total=False):
     writers: int | None
     disk_faults: dict[_Path, str]
     split: str | None
+    forward: list[str]
 
 class SignalOptions(TypedDict, total=False):
     frame_size: int
@@ -214,6 +215,14 @@ class Recorder:
         """Every scan running or queued, in order."""
     def set_observation(self, document: str | None = None) -> None:
         """The observation document (JSON) the status serves; None clears it."""
+    def add_forward(self, destination: str, enabled: bool = True) -> int:
+        """Forwards to ``destination`` from the newest frame on; its id (ArgumentError names ``forward``)."""
+    def set_forward(self, id: int, enabled: bool) -> None:
+        """Pauses (False) or resumes (True) forwarding to destination ``id``."""
+    def remove_forward(self, id: int) -> str:
+        """Stops forwarding to destination ``id``; its counters as JSON."""
+    def forwards(self) -> str:
+        """Every forwarding destination of the run (removed ones too), counters as JSON."""
     def notes(self) -> list[str]: ...
     def status_address(self) -> tuple[str, int] | None: ...
     @property

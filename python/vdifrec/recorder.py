@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _core
 from .live import LiveLook
-from .reports import ScanSummary, SecondRow, Stats, Summary
+from .reports import ForwardStats, ScanSummary, SecondRow, Stats, Summary
 from .units import plain_options
 from .views import RingFrames, frames_of
 
@@ -179,6 +179,19 @@ class Recorder:
     disk_faults : dict, optional
         Test aid: ``{disk: "full@64MiB"}`` or ``"error@1GiB"`` makes that disk fill or fail
         after so many bytes (it then leaves the set; its chunk goes to another disk).
+    forward : list of str, optional
+        Forward the stream live to these destinations while recording it (e-VLBI):
+        ``"udp://HOST:PORT"`` (a VDIF frame per datagram), ``"udps://HOST:PORT"`` (each
+        datagram a 64-bit packet sequence number, then the frame, as jive5ab sends) or
+        ``"tcp://HOST:PORT"`` (frames back to back), each optionally shaped and paced:
+        ``?threads=0,1`` (only these VDIF threads), ``channels=0-15`` (corner-turn: each
+        channel its own single-channel thread), ``payload=1024`` (re-frame to smaller frames
+        that fit the path's MTU), ``rate=2Gbps`` or ``ipd=10`` (microseconds between
+        datagrams; ``2500ns``). A destination is one more reader of the ring: it never costs a
+        recorded frame. When it is slower than the stream it skips ahead by whole frames; when
+        it goes away it is retried with a backoff (0.1 s doubling to 5 s). Each one's counters
+        are in ``stats().forward``, the per-second rows and the summary; ``add_forward``,
+        ``set_forward`` and ``remove_forward`` change them while recording.
 
     Notes
     -----
@@ -253,6 +266,28 @@ class Recorder:
         """What the schedule driving this recorder stands at (``vdifrec observe`` sets it):
         served as ``observation`` in ``/status`` and counted in ``/metrics``; None clears it."""
         self._core.set_observation(None if document is None else json.dumps(document))
+
+    # -- forwarding -------------------------------------------------------------------
+    def add_forward(self, destination: str, enabled: bool = True) -> int:
+        """Forwards the stream to ``destination`` (as in ``forward=``) from its newest frame on;
+        returns the destination's id. ``enabled=False`` connects but sends nothing until
+        ``set_forward(id, True)``. A bad destination raises ``ArgumentError`` naming
+        ``forward``."""
+        return self._core.add_forward(destination, enabled)
+
+    def set_forward(self, id: int, enabled: bool) -> None:
+        """Pauses (False) or resumes (True) forwarding to destination ``id``; it stays
+        connected, and frames passed over while paused are not counted as skipped."""
+        self._core.set_forward(id, enabled)
+
+    def remove_forward(self, id: int) -> ForwardStats:
+        """Stops forwarding to destination ``id`` and closes its connection; its counters (the
+        summary keeps them too)."""
+        return ForwardStats.from_dict(json.loads(self._core.remove_forward(id)))
+
+    def forwards(self) -> list[ForwardStats]:
+        """Every forwarding destination of the run (removed ones too), counters now."""
+        return [ForwardStats.from_dict(f) for f in json.loads(self._core.forwards())]
 
     @property
     def scan(self) -> str | None:

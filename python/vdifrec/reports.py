@@ -6,7 +6,17 @@ import dataclasses
 import datetime as _dt
 from typing import Any, TypeVar
 
-__all__ = ["SecondRow", "Stats", "Summary", "ScanSummary", "DiskRecord", "ThreadSecond", "FileRecord"]
+__all__ = [
+    "SecondRow",
+    "Stats",
+    "Summary",
+    "ScanSummary",
+    "DiskRecord",
+    "ThreadSecond",
+    "FileRecord",
+    "ForwardStats",
+    "ForwardSecond",
+]
 
 T = TypeVar("T", bound="_Record")
 
@@ -46,6 +56,56 @@ class ThreadSecond(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class ForwardSecond(_Record):
+    """What one forwarding destination did since the previous per-second row: input frames
+    sent on and skipped (the destination slower than the stream, or down), bytes on the wire,
+    reconnections, and the rate over that interval (Gbit/s)."""
+
+    id: int
+    destination: str
+    frames: int
+    skipped: int
+    bytes: int
+    reconnects: int
+    gbps: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ForwardStats(_Record):
+    """One forwarding destination's counters (``Recorder.forwards()``, ``Stats.forward``,
+    ``Summary.forward``).
+
+    ``frames`` counts input frames sent on (each may become several frames after
+    ``channels=``/``payload=``: ``frames_out``); ``skipped`` the frames passed over while the
+    destination was slower than the stream or down (never while paused); ``bytes`` what went
+    on the wire (``udps`` sequence numbers included); ``reconnects`` the connections made again
+    after it went away, ``connect_failures`` the attempts that failed; ``torn`` frames the
+    capture overwrote while they were being sent (0 unless the forwarder fell a whole ring
+    behind within one batch); ``refused`` frames unlike the stream's first, which the shaping
+    could not take. ``state`` is ``connecting``, ``sending``, ``paused``, ``down``,
+    ``refused`` (the shaping asked for does not fit the stream: ``error`` says why) or
+    ``closed``.
+    """
+
+    id: int
+    destination: str
+    given: str
+    scheme: str
+    enabled: bool
+    state: str
+    error: str | None
+    frames: int
+    skipped: int
+    frames_out: int
+    bytes: int
+    reconnects: int
+    connect_failures: int
+    torn: int
+    refused: int
+    gbps: float
+
+
+@dataclasses.dataclass(frozen=True)
 class SecondRow(_Record):
     """One completed VDIF second, all threads, with the recording's totals when it completed.
 
@@ -76,11 +136,14 @@ class SecondRow(_Record):
     bytes_written: int = 0
     malformed: int = 0
     kernel_drops: int = 0
+    forward: list[ForwardSecond] = dataclasses.field(default_factory=list)
+    """What each forwarding destination did since the previous row (empty: none)."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SecondRow:
         d = dict(d)
         d["threads"] = [ThreadSecond.from_dict(t) for t in d.get("threads", [])]
+        d["forward"] = [ForwardSecond.from_dict(f) for f in d.get("forward", [])]
         return super().from_dict(d)
 
     @property
@@ -164,6 +227,14 @@ class Stats(_Record):
     """Each stream (``port``, ``frames_received``, ``frames_lost``, ``datagrams``,
     ``datagrams_malformed``, ``kernel_drops``, ``ring_overflows``, ``ring_fill``); the counters
     above are their sums."""
+    forward: list[ForwardStats] = dataclasses.field(default_factory=list)
+    """Each forwarding destination's counters now (empty: none)."""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Stats:
+        d = dict(d)
+        d["forward"] = [ForwardStats.from_dict(f) for f in d.get("forward", [])]
+        return super().from_dict(d)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,10 +380,14 @@ class Summary(_Record):
     live_cpu_s: float | None = None
     """The live monitor's looks computed and skipped, and the CPU seconds it used (None: it did
     not run)."""
+    forward: list[ForwardStats] = dataclasses.field(default_factory=list)
+    """What each forwarding destination did over the run (empty: none). Forwarding never
+    decides ``ok``: the recording is judged by what reached the disk."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Summary:
         d = dict(d)
+        d["forward"] = [ForwardStats.from_dict(f) for f in d.get("forward", [])]
         d["files"] = [FileRecord.from_dict(f) for f in d.get("files", [])]
         d["seconds"] = [SecondRow.from_dict(r) for r in d.get("seconds", [])]
         d["scans"] = [ScanSummary.from_dict(x) for x in d.get("scans", [])]

@@ -244,6 +244,37 @@ impl PyRecorder {
         })
     }
 
+    /// Forwards the stream to `destination` from its newest frame on (`enabled` false:
+    /// connected, sending nothing until `set_forward`); returns the destination's id.
+    #[pyo3(signature = (destination, enabled=true))]
+    fn add_forward(&self, py: Python<'_>, destination: String, enabled: bool) -> PyResult<u32> {
+        self.with_recorder(py, |r| {
+            r.add_forward(&destination, enabled).map_err(arg_err)
+        })
+    }
+
+    /// Pauses (false) or resumes (true) forwarding to destination `id`.
+    fn set_forward(&self, py: Python<'_>, id: u32, enabled: bool) -> PyResult<()> {
+        self.with_recorder(py, |r| r.set_forward(id, enabled).map_err(arg_err))
+    }
+
+    /// Stops forwarding to destination `id`; its counters as JSON.
+    fn remove_forward(&self, py: Python<'_>, id: u32) -> PyResult<String> {
+        let s = self.with_recorder(py, |r| r.remove_forward(id).map_err(arg_err))?;
+        to_json(&s)
+    }
+
+    /// Every forwarding destination of the run (removed ones too) as JSON.
+    fn forwards(&self, py: Python<'_>) -> PyResult<String> {
+        let s = self.locked(py, |inner| {
+            inner
+                .as_ref()
+                .map(|r| r.forward_stats())
+                .unwrap_or_default()
+        });
+        to_json(&s)
+    }
+
     /// Every scan running or queued, in order: the first is recording now (or still being
     /// written out), the others wait for their start.
     fn queued_scans(&self, py: Python<'_>) -> Vec<String> {

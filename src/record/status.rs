@@ -566,12 +566,94 @@ pub fn metrics(streams: &[Arc<Shared>], disks: &[DiskSpace]) -> String {
         "CPU time of the capture thread.",
         &[("", c.capture_cpu_s)],
     );
+    forward_metrics(&mut metric, &s.forward);
     live_metrics(&mut metric, shared.live());
     if shared.latency().is_some() {
         let stages = crate::record::latency::merged(streams.iter().filter_map(|s| s.latency()));
         latency_histogram(&mut out, &stages);
     }
     out
+}
+
+/// A metric family of the forwarding destinations: name, kind, help, value of one.
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&crate::record::forward::ForwardStats) -> f64,
+);
+
+/// Each forwarding destination, labelled by its `scheme://host:port` and id (a destination
+/// removed and added again is a new id).
+fn forward_metrics(
+    metric: &mut impl FnMut(&str, &str, &str, &[(&str, f64)]),
+    forward: &[crate::record::forward::ForwardStats],
+) {
+    if forward.is_empty() {
+        return;
+    }
+    let each = |f: fn(&crate::record::forward::ForwardStats) -> f64| -> Vec<(String, f64)> {
+        forward
+            .iter()
+            .map(|x| {
+                (
+                    format!(
+                        "{{destination=\"{}\",id=\"{}\"}}",
+                        label_value(&x.destination),
+                        x.id
+                    ),
+                    f(x),
+                )
+            })
+            .collect()
+    };
+    let families: [Family; 6] = [
+        (
+            "vdifrec_forward_frames_total",
+            "counter",
+            "Frames forwarded (input frames sent on), per destination.",
+            |x| x.frames as f64,
+        ),
+        (
+            "vdifrec_forward_skipped_total",
+            "counter",
+            "Frames passed over because the destination was slower than the stream or down.",
+            |x| x.skipped as f64,
+        ),
+        (
+            "vdifrec_forward_bytes_total",
+            "counter",
+            "Bytes put on the wire, per destination.",
+            |x| x.bytes as f64,
+        ),
+        (
+            "vdifrec_forward_reconnects_total",
+            "counter",
+            "Connections made again after the destination went away.",
+            |x| x.reconnects as f64,
+        ),
+        (
+            "vdifrec_forward_gbps",
+            "gauge",
+            "Rate on the wire over about the last second, Gbit/s.",
+            |x| x.gbps,
+        ),
+        (
+            "vdifrec_forward_up",
+            "gauge",
+            "1 while the destination is sending or paused (connected), else 0.",
+            |x| {
+                f64::from(matches!(
+                    x.state,
+                    crate::record::forward::LinkState::Sending
+                        | crate::record::forward::LinkState::Paused
+                ))
+            },
+        ),
+    ];
+    for (name, kind, help, f) in families {
+        metric(name, kind, help, &labelled(&each(f)));
+    }
 }
 
 /// The live monitor's findings: bit-state deviation, the strongest tone per channel, its

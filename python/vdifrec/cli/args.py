@@ -249,6 +249,8 @@ def add_capture_arguments(p: Any, port_required: bool) -> None:
     p.add_argument("--live-fraction", type=number, help="share of each second the live monitor analyses, in (0, 1], at most 1/8 of the ring (default: it paces itself from 1/16 by the CPU it may use)")
     p.add_argument("--live-nfft", type=integer, help=f"spectral channels of the live spectra (default {default('recorder', 'live_nfft')})")
     p.add_argument("--latency", action="store_true", default=None, help="per-stage latency stamps (kernel → capture → ring → write → disk, and VDIF time vs arrival); the table at the end")
+    p.add_argument("--forward", action="append", metavar="DEST", help="forward the stream live while recording it (repeat for several): udp://HOST:PORT (VDIF frames), udps://HOST:PORT (jive5ab's sequence-numbered UDP) or tcp://HOST:PORT, optionally '?threads=0,1&channels=0-15&payload=1024&rate=2Gbps' (or ipd=MICROSECONDS); quote it for the shell")
+
 
 
 def add_scan_arguments(p: Any, disks_required: bool = False) -> None:

@@ -7,10 +7,11 @@ rest split the loss by cause, which the original lumped together or did not see.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, TextIO
 
 from ..analysis.fringe import Fringe
-from ..reports import SecondRow, Summary
+from ..reports import ForwardSecond, SecondRow, Summary
 
 #: How often the header line is repeated in a long table.
 HEADER_EVERY = 40
@@ -36,7 +37,23 @@ def row_line(r: SecondRow, streams: bool = False) -> str:
         f"{r.vdif_seconds:<10}  {frames:>15}  {r.total_frames:>11}  {r.bytes_buffered:>15}  "
         f"{r.bytes_written:>15}  {r.lost:>11}  {r.out_of_order:>10}  {r.duplicates:>5}  {r.invalid:>7}  "
         f"{r.ring_overflow:>8}  {r.malformed:>9}  {r.kernel_drops:>10}  {'+'.join(r.stations)}"
-    )
+    ) + "".join(forward_cell(f) for f in r.forward)
+
+
+def forward_refused(summary: Summary, prog: str) -> bool:
+    """Says on stderr which ``--forward`` destinations could not be shaped as asked (channels
+    or threads not in the stream, a payload that does not divide its frames): a usage error
+    the stream itself revealed, told after the recording, which went on untouched."""
+    refused = [f for f in summary.forward if f.state == "refused"]
+    for f in refused:
+        print(f"{prog}: error: --forward {f.given}: {f.error} (nothing was sent there; the recording is intact)", file=sys.stderr)
+    return bool(refused)
+
+
+def forward_cell(f: ForwardSecond) -> str:
+    """A forwarding destination's second, after the row: frames sent on, skipped, the rate."""
+    again = f", {f.reconnects} reconnected" if f.reconnects else ""
+    return f"  fwd{f.id} {f.frames} sent {f.skipped} skipped {f.gbps:.3f} Gb/s{again}"
 
 
 def print_summary(s: Summary, out: TextIO) -> None:
@@ -82,6 +99,11 @@ def print_summary(s: Summary, out: TextIO) -> None:
         print(f"Error: {s.error}", file=out)
     if s.live_computed is not None:
         print(f"Live monitor: {s.live_computed} looks, {s.live_skips} skipped (never a frame lost), {s.live_cpu_s or 0:.1f} CPU s", file=out)
+    for fw in s.forward:
+        shaped = f" ({fw.frames_out} frames out)" if fw.frames_out != fw.frames else ""
+        again = f", {fw.reconnects} reconnected ({fw.connect_failures} attempts failed)" if fw.reconnects or fw.connect_failures else ""
+        why = f"; {fw.error}" if fw.error else ""
+        print(f"Forwarded to {fw.destination}: {fw.frames} frames{shaped}, {fw.bytes} bytes; skipped {fw.skipped}{again}; {fw.state}{why}", file=out)
     print("=" * (2 * len(bar) + 9), file=out)
     if s.latency is not None:
         print_latency(s.latency, out)

@@ -17,6 +17,7 @@ from ..reports import Summary
 from ..sources import Sender
 from .args import (
     DEFAULTS,
+    USAGE,
     OptionError,
     UsageError,
     add_capture_arguments,
@@ -33,7 +34,7 @@ from .args import (
     sigterm_as_interrupt,
     size,
 )
-from .printing import HEADER, HEADER_EVERY, STREAMS_HEADER, print_check_report, print_summary, row_line
+from .printing import HEADER, HEADER_EVERY, STREAMS_HEADER, forward_refused, print_check_report, print_summary, row_line
 
 # Seconds without a datagram before the operator is told.
 IDLE_WARNING_S = 5.0
@@ -121,6 +122,8 @@ def run_record(a: argparse.Namespace) -> int:
     if not summary.ok:
         print(f"vdifrec record: not everything buffered reached the disk: {summary.error}", file=sys.stderr)
         return 1
+    if forward_refused(summary, "vdifrec record"):
+        return USAGE
     return 0
 
 

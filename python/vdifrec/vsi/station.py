@@ -1,6 +1,6 @@
 """A station recorder driven by VSI-S: the state a FlexBuff running jive5ab keeps (mode, network
 protocol, ports, disks, data streams, the session's scans, the scan set for
-``scan_check``/``disk2file``), over one vdifrec ``Recorder`` that receives and counts all the
+``scan_check``/``disk2file``, the ``mem2net`` destination and its ``ipd``), over one vdifrec ``Recorder`` that receives and counts all the
 time and writes only between ``record=on`` and ``record=off``, and the table that hands each
 command to its handler. What each command does is in ``vsi.commands``, one module per family.
 
@@ -22,7 +22,7 @@ from .. import _core
 from ..recorder import Recorder
 from ..reports import ScanSummary, Stats
 from ..scans import expand_disks
-from .commands import configure, identity, recording, scans
+from .commands import configure, forwarding, identity, recording, scans
 from .common import Mode, Problem, ScanPointer, one_field
 from .protocol import Code, Command, Reply, SyntaxProblem, parse, split_line
 
@@ -58,6 +58,8 @@ HANDLERS: dict[str, Handler] = {
     "scan_check": scans.scan_check,
     "disk2file": scans.disk2file,
     "reset": scans.reset,
+    "mem2net": forwarding.mem2net,
+    "ipd": forwarding.ipd,
 }
 
 
@@ -83,13 +85,22 @@ class Station:
         self.datastreams: dict[str, list[str]] = {}
         self.mode: Mode | None = None
         # What the command line gave (offset, psn) holds until net_protocol= says otherwise.
-        self.protocol = "udps" if self.base.get("offset", 0) == 8 else "pudp"
+        # `protocol` is what net_protocol? shows and mem2net sends with; `receive_protocol` the
+        # UDP framing received (net_protocol=tcp sets only the sending: vdifrec receives UDP).
+        self.receive_protocol = "udps" if self.base.get("offset", 0) == 8 else "pudp"
+        self.protocol = self.receive_protocol
         self.protocol_set = False
         self.sockbuf = _bytes("rcvbuf", self.base.pop("rcvbuf", None) or _core.defaults()["recorder"]["rcvbuf"])
         chunk = self.base.pop("chunk_size", None)
         self.workbuf: int | None = _bytes("chunk_size", chunk) if chunk is not None else None
         self.nbuf = DEFAULT_NBUF
         self.mtu = DEFAULT_MTU
+        self.mem2net: forwarding.Mem2Net | None = None
+        #: The host of the last mem2net=connect (a connect without one uses it again).
+        self.mem2net_host = ""
+        #: ipd= in nanoseconds (negative: auto, the theoretical gap computed at connect).
+        self.ipd_ns = 0
+        self.ipd_theory_ns = 0
         self.gather_dir = Path(gather_dir).resolve()
         self.note = note
         self.recorder: Recorder | None = None
@@ -145,9 +156,9 @@ class Station:
             o["chunk_size"] = self.workbuf
         o["rcvbuf"] = self.sockbuf
         if self.protocol_set:
-            o["offset"] = 8 if self.protocol in ("udps", "udpsnor") else 0
+            o["offset"] = 8 if self.receive_protocol in ("udps", "udpsnor") else 0
             # Sequence numbers count one sender's packets: not over several senders (udpsnor).
-            o["psn"] = self.protocol == "udps"
+            o["psn"] = self.receive_protocol == "udps"
         if self.mode is not None:
             o["frame_size"] = self.mode.frame_size
             if self.mode.frames_per_second:
@@ -155,8 +166,9 @@ class Station:
         return o
 
     def rebuild(self) -> None:
-        """Receives with the configuration as it is now (stops the old recorder first). While a
-        scan records, waits until it is on disk (`dirty`)."""
+        """Receives with the configuration as it is now (stops the old recorder first), and
+        sends to the mem2net destination again. While a scan records, waits until it is on
+        disk (`dirty`)."""
         if self.recording:
             self.dirty = True
             return
@@ -166,6 +178,7 @@ class Station:
                 self.recorder.stop()
                 self.recorder = None
             self._running_options = None
+            forwarding.reattach(self)
             return
         options = self._options()
         new = Recorder(**options)  # checked here, before the running one is touched
@@ -185,8 +198,10 @@ class Station:
                     self.recorder = old
                 except Exception as again:
                     self.note(f"cannot receive with the previous configuration either: {again}")
+            forwarding.reattach(self)
             raise
         self.recorder = new
+        forwarding.reattach(self)
         self._running_options = options
         self.note(f"receiving on {new.listening} ({self.format} scans on {len(self.disks)} disk(s))")
         # What the recorder found on start (a disk that is no mount point, a scan a crash left

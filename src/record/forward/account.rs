@@ -72,9 +72,9 @@ impl Link {
 
     pub fn set_state(&self, state: LinkState, error: Option<String>) {
         let mut s = self.state.lock().unwrap();
-        // A refusal explains itself until the link closes; other states keep the last error
-        // (why it went down) until it is sending again.
-        if s.0 == LinkState::Refused && state != LinkState::Closed {
+        // A refusal stands (and explains itself) to the end; other states keep the last
+        // error (why it went down) until it is sending again.
+        if s.0 == LinkState::Refused {
             return;
         }
         let error = match (state, error) {

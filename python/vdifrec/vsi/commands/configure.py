@@ -1,7 +1,10 @@
 """What the station receives and where it writes: ``mode``, ``net_protocol``, ``net_port``,
 ``mtu``, ``datastream`` and ``set_disks``. Each query shows the setting; each command is
 refused while a scan records or is being copied, and takes effect by restarting the recorder
-(``Station.reconfigure``), which leaves everything as it was when the engine refuses it."""
+(``Station.reconfigure``), which leaves everything as it was when the engine refuses it.
+``net_protocol`` and ``net_port`` also say how ``mem2net`` sends (``commands.forwarding``): a
+``net_protocol=`` that changes only that (``tcp``, which vdifrec does not receive) is taken
+while recording too."""
 
 from __future__ import annotations
 
@@ -35,16 +38,27 @@ def mode(st: Station, c: Command) -> Reply:
     return reply(c)
 
 
+#: The protocols net_protocol= takes, as net_protocol? shows them (jive5ab turns udp into udps).
+PROTOCOLS = {"udp": "udps", "udps": "udps", "pudp": "pudp", "udpsnor": "udpsnor", "tcp": "tcp"}
+#: Those vdifrec receives; tcp is for sending (mem2net) only.
+RECEIVED = ("udps", "pudp", "udpsnor")
+#: jive5ab's other protocols, which vdifrec does not speak.
+NOT_SUPPORTED = ("rtcp", "itcp", "udt", "vtp", "unix")
+
+
 def net_protocol(st: Station, c: Command) -> Reply:
     if c.query:
         return reply(c, st.protocol, st.sockbuf, st.workbuf or DEFAULT_WORKBUF, st.nbuf)
-    st.idle_only(c)
     proto = c.param(0, st.protocol)
-    shown = {"udp": "udps", "udps": "udps", "pudp": "pudp", "udpsnor": "udpsnor"}
-    if proto not in shown:
+    if proto in NOT_SUPPORTED:
         raise Problem(
             Code.BAD_PARAMETER,
-            f"the protocol '{proto}' is not one vdifrec receives: udps (or udp: an 8-byte sequence number before each frame), pudp (plain frames) or udpsnor (several senders, each with sequence numbers)",
+            f"the protocol '{proto}' is not supported by vdifrec - it receives udps (or udp), pudp or udpsnor and sends (mem2net) with udps, pudp or tcp",
+        )
+    if proto not in PROTOCOLS:
+        raise Problem(
+            Code.BAD_PARAMETER,
+            f"the protocol '{proto}' is not recognized as a valid protocol - give udps (or udp: an 8-byte sequence number before each frame), pudp (plain frames), udpsnor (several senders, each with sequence numbers) or tcp (mem2net only)",
         )
     sockbuf = vsi_size("socket buffer", c.param(1)) if c.param(1) else st.sockbuf
     if not 0 < sockbuf <= 2**31 - 1:
@@ -60,7 +74,16 @@ def net_protocol(st: Station, c: Command) -> Reply:
             raise Problem(Code.BAD_PARAMETER, f"number of buffers '{c.param(3)}' is not a number") from None
         if not 0 < nbuf <= 1024:
             raise Problem(Code.BAD_PARAMETER, f"number of buffers {nbuf} out of range - give 1 to 1024")
-    st.reconfigure(protocol=shown[proto], protocol_set=True, sockbuf=sockbuf, workbuf=workbuf, nbuf=nbuf)
+    shown = PROTOCOLS[proto]
+    # tcp leaves the UDP framing received as it was.
+    received = shown if shown in RECEIVED else st.receive_protocol
+    if (received, sockbuf, workbuf) == (st.receive_protocol, st.sockbuf, st.workbuf) and (st.protocol_set or shown not in RECEIVED):
+        # Only what mem2net sends with changes (from its next connect): allowed while recording.
+        st.protocol, st.nbuf = shown, nbuf
+        return reply(c)
+    st.idle_only(c)
+    protocol_set = st.protocol_set or shown in RECEIVED
+    st.reconfigure(protocol=shown, receive_protocol=received, protocol_set=protocol_set, sockbuf=sockbuf, workbuf=workbuf, nbuf=nbuf)
     return reply(c)
 
 

@@ -1,7 +1,8 @@
 """Scans recorded and what they count: ``record`` (``on`` with the scan's name, ``off``, ``mk6``
 and the query), ``evlbi?`` (frames received, lost and out of order since ``record=on``),
 ``rtime?`` (the time left on the chosen disks at the mode's rate) and ``stats?`` (the engine's
-counters, and how much of the running scan is known to be on disk). ``record=off`` answers at
+counters, how much of the running scan is known to be on disk, and the ``mem2net``
+destination's counters). ``record=off`` answers at
 once (code 1) and the station writes the scan's tail in the background."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from ... import _core
 from ...units import iso_utc
 from ..common import Problem, ScanPointer, ostream_num, query_only, reply, vex_time
 from ..protocol import Code, Command, Reply
+from . import forwarding
 
 if TYPE_CHECKING:
     from ..station import Station
@@ -131,4 +133,5 @@ def stats(st: Station, c: Command) -> Reply:
         # As jive5ab writes times: an ISO time's ':' would split the field.
         s["scan_durable_up_to"] = vex_time(iso_utc(s["scan_durable_up_to"]))
     fields = [f"{k}={v}" for k, v in s.items() if isinstance(v, (int, float, str)) or v is None]
+    fields += forwarding.stats_fields(st)
     return reply(c, *(f.replace(":", "_").replace(";", ",") for f in fields))
