@@ -341,3 +341,77 @@ pub fn capture_stage_costs(frames: u64, span: usize) -> Result<StageCosts, Strin
         classify_and_account_ns: run(&mut mem, true),
     })
 }
+
+/// What the plain sendmmsg loop did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SendLoopResult {
+    pub frames: u64,
+    pub bytes: u64,
+    pub cpu_s: f64,
+    pub wall_s: f64,
+}
+
+/// The forwarder's baseline: `frames` frames of `frame_size` bytes (cycled from a buffer of
+/// 1024 in memory) sent to `to` with sendmmsg, up to 64 a call, paced to `per_second` as the
+/// stream arrives (batches due by their place in the sequence): the least any forwarder of
+/// this stream could spend.
+pub fn sendmmsg_loop(
+    to: SocketAddr,
+    frames: u64,
+    frame_size: usize,
+    per_second: f64,
+) -> std::io::Result<SendLoopResult> {
+    const N: usize = 64;
+    const POOL: usize = 1024;
+    let domain = if to.is_ipv6() {
+        socket2::Domain::IPV6
+    } else {
+        socket2::Domain::IPV4
+    };
+    let socket = Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    let _ = socket.set_send_buffer_size(32 << 20);
+    socket.connect(&SockAddr::from(to))?;
+    let pool = vec![7u8; POOL * frame_size];
+    let mut iov: Vec<libc::iovec> = vec![
+        libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0
+        };
+        N
+    ];
+    // SAFETY: zeroed message headers are valid; each is pointed at its iovec below.
+    let mut msgs: Vec<libc::mmsghdr> = (0..N).map(|_| unsafe { std::mem::zeroed() }).collect();
+    let mut result = SendLoopResult::default();
+    let t0 = Instant::now();
+    let cpu0 = crate::affinity::thread_cpu_seconds();
+    let mut sent = 0u64;
+    while sent < frames {
+        let due = t0 + Duration::from_secs_f64(sent as f64 / per_second);
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+        // What has "arrived" by now, at most N.
+        let arrived = ((t0.elapsed().as_secs_f64() * per_second) as u64).min(frames);
+        let n = (arrived.saturating_sub(sent) as usize).clamp(1, N);
+        for i in 0..n {
+            let k = (sent as usize + i) % POOL;
+            iov[i] = libc::iovec {
+                iov_base: pool[k * frame_size..].as_ptr() as *mut libc::c_void,
+                iov_len: frame_size,
+            };
+            msgs[i].msg_hdr.msg_iov = &mut iov[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: the headers point at live buffers (pool) for the call's duration.
+        let r = unsafe { libc::sendmmsg(socket.as_raw_fd(), msgs.as_mut_ptr(), n as u32, 0) };
+        if r > 0 {
+            sent += r as u64;
+            result.bytes += r as u64 * frame_size as u64;
+        }
+    }
+    result.frames = sent;
+    result.cpu_s = crate::affinity::thread_cpu_seconds() - cpu0;
+    result.wall_s = t0.elapsed().as_secs_f64();
+    Ok(result)
+}

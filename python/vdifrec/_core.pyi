@@ -45,6 +45,7 @@ __all__ = [
     "generate",
     "parse_size_arg",
     "plain_lut_decode",
+    "sendmmsg_loop",
     "repair",
     "scan_info",
     "scan_name_problem",
@@ -561,6 +562,8 @@ def decode_payloads(
 ) -> None: ...
 def plain_lut_decode(data: npt.NDArray[np.uint8], out: npt.NDArray[np.float32]) -> None:
     """Benchmark baseline (bench builds only): 2-bit lookup-table decode of raw bytes."""
+def sendmmsg_loop(host: str, port: int, frames: int, frame_size: int = 8224, per_second: float = 125000.0) -> str:
+    """Benchmark baseline (bench builds only): a plain sendmmsg loop paced to ``per_second``; JSON with frames, bytes, cpu_s, wall_s."""
 def check(path: str | PathLike[str], options: CheckOptions | None = None) -> str:
     """Checks a file in one pass; the report as JSON."""
 def check_scan(name: str, disks: list[str], format: str | None = None, options: CheckOptions | None = None) -> str:

@@ -103,6 +103,8 @@ class ForwardStats(_Record):
     torn: int
     refused: int
     gbps: float
+    cpu_s: float = 0.0
+    """CPU seconds the destination's thread has used."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,6 +62,25 @@ fn writer_throughput(
     to_json(&r)
 }
 
+/// The forwarder's baseline: `frames` frames sent to `host:port` with a plain sendmmsg loop
+/// paced to `per_second`; JSON with frames, bytes, cpu_s, wall_s.
+#[pyfunction]
+#[pyo3(signature = (host, port, frames, frame_size=8224, per_second=125000.0))]
+fn sendmmsg_loop(
+    py: Python<'_>,
+    host: &str,
+    port: u16,
+    frames: u64,
+    frame_size: usize,
+    per_second: f64,
+) -> PyResult<String> {
+    let to = std::net::SocketAddr::new(crate::options::ip("host", host).map_err(arg_err)?, port);
+    let r = py
+        .detach(|| crate::baseline::sendmmsg_loop(to, frames, frame_size, per_second))
+        .map_err(|e| RecorderError::new_err(e.to_string()))?;
+    to_json(&r)
+}
+
 /// The benchmark baseline: a plain lookup-table loop over bytes (2-bit, 4 values a byte), no
 /// frames, no headers: the memory-bandwidth limit a decoder can approach.
 #[pyfunction]
@@ -144,5 +163,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_writer_throughput, m)?)?;
     m.add_function(wrap_pyfunction!(capture_stage_costs, m)?)?;
     m.add_function(wrap_pyfunction!(plain_lut_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(sendmmsg_loop, m)?)?;
     Ok(())
 }

@@ -25,6 +25,8 @@ pub struct LinkCounters {
     pub refused: AtomicU64,
     /// Gbit/s on the wire over about the last second (f64 bits), set by the thread.
     pub gbps: AtomicU64,
+    /// CPU time the thread has used, nanoseconds (updated each second and at its end).
+    pub cpu_ns: AtomicU64,
 }
 
 /// A destination's state, for the operator.
@@ -111,6 +113,7 @@ impl Link {
             torn: get(&c.torn),
             refused: get(&c.refused),
             gbps: f64::from_bits(get(&c.gbps)),
+            cpu_s: get(&c.cpu_ns) as f64 * 1e-9,
         }
     }
 }
@@ -136,6 +139,8 @@ pub struct ForwardStats {
     pub refused: u64,
     /// Gbit/s on the wire over about the last second.
     pub gbps: f64,
+    /// CPU seconds the destination's thread has used.
+    pub cpu_s: f64,
 }
 
 /// What one destination did during one per-second row.

@@ -170,6 +170,7 @@ impl LinkRun {
             // A TCP frame half sent is finished if the peer takes it at once.
             let _ = w.flush();
         }
+        rate.cpu(link);
         link.set_state(LinkState::Closed, None);
     }
 
@@ -458,5 +459,14 @@ impl RateMeter {
         link.counters.gbps.store(gbps.to_bits(), Ordering::Relaxed);
         self.bytes = b;
         self.since = Instant::now();
+        self.cpu(link);
+    }
+
+    /// The thread's CPU time so far (called on the thread itself).
+    fn cpu(&self, link: &Link) {
+        let s = crate::affinity::thread_cpu_seconds();
+        link.counters
+            .cpu_ns
+            .store((s * 1e9) as u64, Ordering::Relaxed);
     }
 }
