@@ -483,3 +483,42 @@ def test_the_schedule_shows_the_scan_now_the_next_and_the_results(browser: Brows
         assert browser.errors == []
     finally:
         rec.stop()
+
+
+def test_the_forwarding_destinations_are_listed_with_their_state(browser: Browser, tmp_path: Path) -> None:
+    import socket
+
+    import vdifrec
+
+    # One destination takes the stream; the other has nobody listening (refused: down).
+    far = vdifrec.Recorder(port=0, ring="32MiB", frame_size=8224, live=False).start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    assert far.address is not None
+    rec = vdifrec.Recorder(port=0, ring="32MiB", frame_size=8224, status_listen="127.0.0.1:0", live=False,
+                           forward=[f"udp://127.0.0.1:{far.address[1]}", f"tcp://127.0.0.1:{dead}"])
+    rec.start()
+    sender = None
+    try:
+        assert rec.address is not None and rec.status_address is not None
+        base = "http://%s:%d" % rec.status_address
+        browser.open(base + "/")
+        browser.wait_for("window.vdifrecPage.polls >= 1", timeout=20)
+        sender = vdifrec.Sender(rec.address, duration=60, fps=2000)  # stopped below
+        rows = "[...document.querySelectorAll('#forward-table tbody tr')].map((r) => [...r.cells].map((c) => c.textContent))"
+        browser.wait_for(f"!document.getElementById('forwarding').hidden && {rows}.length === 2 && {rows}[0][1] === 'sending'"
+                         f" && Number({rows}[0][2].replace(/\\D/g, '')) > 0", timeout=20)
+        shown = browser.evaluate(rows)
+        assert shown[0][0] == f"udp://127.0.0.1:{far.address[1]}"
+        assert shown[1][:2] == [f"tcp://127.0.0.1:{dead}", "down"]
+        assert "refused" in shown[1][7].lower()
+        forward = get_status(base)["stats"]["forward"]
+        assert [f["state"] for f in forward] == ["sending", "down"]
+        browser.drain()
+        assert browser.errors == []
+    finally:
+        if sender is not None:
+            sender.stop()
+        rec.stop()
+        far.stop()
