@@ -346,6 +346,17 @@ def _cases() -> list[Case]:
     flag("send", "--garbage", {"99999999999999999999999": "9223372036854775807"})
     flag("send", "--file", {"": EMPTY})
     flag("send", "--file", {"{tmp}/nope.vdif": "No such file", "{tmp}/junk.txt": "frame"})
+    flag("send", "--to", {"http://127.0.0.1:9": "udp://.*udps://.*tcp://", "tcp://127.0.0.1:{tcp}": "nobody accepts"})
+    c("send", "--to", "--to=tcp://127.0.0.1:{tcp}", "--psn", allowed="udps://", names="--psn")
+    flag("send", "--scan", {"": EMPTY})
+    c("send", "--scan", "--scan=s", allowed="none given", names="--disk")  # no --disk
+    c("send", "--scan", "--scan=nope", "--disk={tmp}", allowed="no scan", names="nope")
+    c("send", "--scan", "--scan=s", "--disk={tmp}", "--file={sample}", allowed="not both")  # with --file
+    flag("send", "--disk", {"": EMPTY, "{tmp}/nodir*": "matches no"})
+    c("send", "--disk", "--disk={tmp}", allowed="give scan")  # no --scan
+    flag("send", "--format", {"tape": "invalid choice"})
+    flag("send", "--rate", {"4": "bits per second", "fast": "bits per second", "0Gbps": "bits per second"})
+    c("send", "--rate", "--rate=4Gbps", allowed="paces a replay")  # nothing replayed
     flag("send", "--record-sent", {"": EMPTY})
     flag("send", "--record-sent", {f"{nodir}/x.vdif": "No such file"})
     flag("send", "--cpu", {"-1": r"0\.\.4095", "99999": r"0\.\.4095", "abc": WHOLE})

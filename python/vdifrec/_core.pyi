@@ -156,6 +156,8 @@ class SignalOptions(TypedDict, total=False):
     start_second: int | None
 
 class SenderOptions(TypedDict, total=False):
+    # HOST:PORT or udp://HOST:PORT, udps://HOST:PORT (a 64-bit PSN before each frame),
+    # tcp://HOST:PORT (frames back to back on one connection).
     to: str
     duration: float | None
     frames: int | None
@@ -164,6 +166,11 @@ class SenderOptions(TypedDict, total=False):
     reorder: int | None
     garbage: int
     file: _Path | None
+    scan: str | None
+    disks: list[_Path]
+    format: str | None
+    # A data rate of frames ("4Gbps", "500MB/s") to replay at, instead of the recording's own.
+    rate: str | None
     record_sent: _Path | None
     pool: int
     cpu: int | None
@@ -406,7 +413,9 @@ class Sender:
     """A paced VDIF sender running in its own thread; see ``vdifrec.Sender``."""
 
     def __new__(cls, options: SenderOptions) -> Sender:
-        """Checks every option (ArgumentError names a bad one), prepares and starts sending."""
+        """Checks every option (ArgumentError names a bad one), opens what is replayed (a scan
+        as ``FileReader.scan`` does: FileNotFoundError, GapError, ...), connects (a refused
+        ``tcp://`` connection is a SenderError starting ``to:``) and starts sending."""
     def wait(self, timeout: float | None = None) -> str | None:
         """The summary as JSON once finished, else None after ``timeout`` seconds."""
     def stop(self) -> str: ...

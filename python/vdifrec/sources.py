@@ -1,5 +1,7 @@
-"""Test sources: a paced FILA10G-like VDIF sender (``Sender``, ``send``) and the synthetic
-recordings it shares its signal with (``generate``). The engine's side is ``src/sources/``."""
+"""Test sources: a paced FILA10G-like VDIF sender that also replays recordings at their own
+rate, over UDP, UDP with packet sequence numbers or TCP (``Sender``, ``send``), and the
+synthetic recordings it shares its signal with (``generate``). The engine's side is
+``src/sources/``."""
 
 from __future__ import annotations
 
@@ -24,22 +26,58 @@ _SLICE = 0.1
 
 
 class Sender:
-    """A FILA10G-like VDIF source sending to ``to`` (``"host:port"``), paced to ``fps`` × threads.
+    """A paced VDIF source: a FILA10G-like signal, or the replay of a recording at its own rate.
 
-    Takes the options of ``vdifrec send`` and the signal settings of ``generate``; the defaults
-    are ``vdifrec.defaults["sender"]`` and ``["signal"]``; a bad option raises
-    ``vdifrec.ArgumentError`` naming it.
+    Runs in its own thread from construction; ``wait()`` or ``stop()`` returns its summary.
+    Every option is checked first (a bad one raises ``vdifrec.ArgumentError`` naming it); the
+    defaults are ``vdifrec.defaults["sender"]`` and ``["signal"]``.
 
-    Runs in its own thread from construction; ``wait()`` or ``stop()`` returns its summary
-    (a dict: frames_sent, bytes_sent, frames_dropped, frames_reordered, garbage_sent, refused,
-    gbps, ...). ``drop`` takes ``"S:A-B,every:N"``; ``reorder=N`` swaps every N-th frame with the
-    next; ``garbage=N`` sends N stray datagrams; ``record_sent`` writes the frames sent.
+    Parameters
+    ----------
+    to : str or (host, port)
+        Where to, and how: ``"HOST:PORT"`` or ``"udp://HOST:PORT"`` (one frame per datagram),
+        ``"udps://HOST:PORT"`` (each datagram led by a 64-bit little-endian packet sequence
+        number, the frame's place in the sequence; the same as ``psn=True``) or
+        ``"tcp://HOST:PORT"`` (one connection, frames back to back; a refused connection
+        raises ``vdifrec.SenderError`` starting ``to:``). A tuple is plain UDP.
+    file : str or os.PathLike, optional
+        Replay this VDIF file: its frames in recorded order, each exactly as recorded.
+    scan : str, optional
+        Replay this scan, recorded on ``disks`` in any layout (``format``: file, vbs, mk6;
+        detected by default). A scan that cannot be read raises as :func:`vdifrec.open` does
+        (``FileNotFoundError``, ``vdifrec.GapError``, ...).
+    disks : str, os.PathLike or list of them
+        The scan's directories (mount points), or a glob such as ``"/mnt/disk*"``.
+    rate : str, optional
+        Replay at this data rate of VDIF frames (``"4Gbps"``, ``"500MB/s"``; a PSN's 8 bytes
+        not counted) instead of the recording's own. The own rate is frames per second per
+        thread from the data (the highest frame number of a whole VDIF second + 1), or the
+        headers' sample rate (EDV 1, 3) for a recording that never passes a whole second,
+        times the threads; each frame is due at its place in the sequence.
+    duration, frames : float, int, optional
+        Seconds or frames (all threads) to send; a replay ends at the recording's end.
+    drop : str, optional
+        Frames to leave out: ``"S:A-B,every:N"`` (frames A..B of second S from the start).
+    reorder, garbage : int, optional
+        Swap every N-th frame with the next; mix in N stray datagrams (UDP only).
+    record_sent : str or os.PathLike, optional
+        Write exactly the frames sent, in order, to this file.
+    **signal
+        The generated signal's settings, as for :func:`generate` (``fps``, ``threads``, ...).
+
+    The summary (a dict) holds ``to``, ``replayed``, ``frames_sent``, ``bytes_sent``,
+    ``duration_s``, ``frame_rate`` (frames per second, all threads, that the send was paced
+    at), ``rate_source`` (how: ``"signal"``, ``"frame-number wrap"``, ``"header"``, ``"rate"``),
+    ``achieved_frame_rate``, ``gbps``, ``frames_per_second`` and ``threads``, and the faults
+    injected (``frames_dropped``, ``frames_reordered``, ``garbage_sent``) and met (``refused``).
     """
 
     def __init__(self, to: str | tuple[str, int], **options: Any) -> None:
         if isinstance(to, tuple):
             host, port = to
             to = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if isinstance(options.get("disks"), (str, os.PathLike)):
+            options["disks"] = [options["disks"]]
         signal_names = _core.defaults()["signal"]
         signal = {k: options.pop(k) for k in list(options) if k in signal_names}
         # The engine checks every name and value (ArgumentError names a bad one).

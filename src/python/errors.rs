@@ -10,6 +10,7 @@ use crate::record::capture::udp::UdpError;
 use crate::record::recorder::{RecordError, ScanCommandError};
 use crate::record::ring::RingError;
 use crate::sources::generate::GenerateError;
+use crate::sources::replay::ReplayError;
 use crate::sources::sender::SendError;
 use crate::transfer::TransferError as CoreTransferError;
 use crate::vdif::decode::DecodeError;
@@ -134,11 +135,14 @@ pub fn scan_command_err(e: ScanCommandError) -> PyErr {
 pub fn send_err(e: SendError) -> PyErr {
     match e {
         SendError::Option(a) => arg_err(a),
-        // A setting the generator refuses, or a file an option names that cannot be read or
-        // written: a bad option too.
-        SendError::Generate(_) | SendError::Replay { .. } | SendError::RecordSent { .. } => {
+        // A scan to replay: as `vdifrec.open` raises for it (not found, a gap, ...).
+        SendError::Replay(ReplayError::Scan(s)) => scan_err(s),
+        // A setting the generator refuses, a file an option names that cannot be read or
+        // written, a recording whose rate must be given: a bad option too.
+        SendError::Generate(_) | SendError::Replay(_) | SendError::RecordSent { .. } => {
             ArgumentError::new_err(e.to_string())
         }
+        // A connection refused ("to: nobody accepts ...") is the sender failing to start.
         _ => SenderError::new_err(e.to_string()),
     }
 }

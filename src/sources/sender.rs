@@ -1,19 +1,23 @@
-//! `vdifrec send`: a FILA10G-like VDIF source over UDP, paced with `sendmmsg`.
+//! `vdifrec send`: a FILA10G-like VDIF source, or the replay of a recording at its own rate,
+//! over UDP (`sendmmsg`), UDP with packet sequence numbers, or TCP (`link`).
 //!
-//! Payloads come from a pool generated once (noise plus tone, see `generate`), so sending costs
-//! no synthesis; each datagram is gathered from a small header buffer and a pool payload. Faults
-//! can be injected deterministically: drops (`S:A-B`, `every:N`), reordering, stray datagrams.
+//! Generated payloads come from a pool made once (noise plus tone, see `generate`), so sending
+//! costs no synthesis; each datagram is gathered from a small header buffer and a pool payload.
+//! A replay (`replay`) sends a file's or a scan's frames in recorded order, each exactly as
+//! recorded, paced at the recording's own frame rate (or the rate given). Faults can be
+//! injected deterministically: drops (`S:A-B`, `every:N`), reordering, stray datagrams.
 //! `record_sent` writes exactly the frames sent, in order, for byte-exact comparisons.
 
-use crate::options::{in_range, ArgError};
+use crate::options::{disk_dirs, in_range, ArgError};
 use crate::sources::generate::{frame_header, GenerateError, SignalSpec, Synth};
+use crate::sources::link::{destination, Datagram, Destination, Framing, Link, LinkError, Outcome};
+use crate::sources::replay::{Recording, Replay, ReplayError};
+use crate::vdif::header::check_datagram_frame_size;
 use crate::vdif::header::Header;
-use crate::vdif::header::{check_datagram_frame_size, check_frame_size};
+use crate::vdif::layout::Format;
 use serde::{Deserialize, Serialize};
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::Write;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,7 +25,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
-/// Datagrams per sendmmsg call.
+/// Datagrams per batch (one `sendmmsg`, or one `sendmsg` on TCP).
 const SEND_BATCH: usize = 32;
 
 #[derive(Debug, Error)]
@@ -30,13 +34,10 @@ pub enum SendError {
     Option(#[from] ArgError),
     #[error(transparent)]
     Generate(#[from] GenerateError),
-    #[error("cannot open the socket to {to}: {source}")]
-    Socket {
-        to: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("file: cannot read {path}: {why}")]
-    Replay { path: PathBuf, why: String },
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
     #[error("cannot read {path}: {why}")]
     Verify { path: PathBuf, why: String },
     #[error("record_sent: cannot write {path}: {source}")]
@@ -106,22 +107,32 @@ pub fn parse_drops(text: &str) -> Result<Vec<DropRule>, ArgError> {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SendOptions {
-    /// Where to: `HOST:PORT` (`[::1]:PORT` for IPv6; `localhost` is 127.0.0.1).
+    /// Where to, and how: `HOST:PORT` or `udp://HOST:PORT` (a frame per datagram),
+    /// `udps://HOST:PORT` (each led by a 64-bit packet sequence number), `tcp://HOST:PORT`
+    /// (frames back to back on one connection). `[::1]:PORT` for IPv6; `localhost` is 127.0.0.1.
     pub to: String,
     /// Seconds of data to send.
     pub duration: Option<f64>,
     /// Frames to send (all threads).
     pub frames: Option<i64>,
-    /// Prepend an 8-byte packet sequence number.
+    /// Prepend an 8-byte packet sequence number (UDP: the same as `udps://`).
     pub psn: bool,
     /// Frames to leave out: `S:A-B` (second S from the start, frames A..B), `every:N`.
     pub drop: Option<String>,
     /// Swap every N-th frame with the next.
     pub reorder: Option<i64>,
-    /// Stray datagrams of random size and content to mix in.
+    /// Stray datagrams of random size and content to mix in (UDP only).
     pub garbage: i64,
     /// Replay this VDIF file instead of generating.
     pub file: Option<PathBuf>,
+    /// Replay this scan, found on `disks`, instead of generating.
+    pub scan: Option<String>,
+    /// The directories (or globs such as `/mnt/disk*`) the scan was recorded on.
+    pub disks: Vec<String>,
+    /// The scan's layout: `file`, `vbs` or `mk6` (None: detected).
+    pub format: Option<String>,
+    /// Replay at this data rate of frames (`4Gbps`, `500MB/s`) instead of the recording's own.
+    pub rate: Option<String>,
     /// Write exactly the frames sent to this file.
     pub record_sent: Option<PathBuf>,
     /// Frame sets in the payload pool.
@@ -143,6 +154,10 @@ impl Default for SendOptions {
             reorder: None,
             garbage: 0,
             file: None,
+            scan: None,
+            disks: Vec::new(),
+            format: None,
+            rate: None,
             record_sent: None,
             pool: 1024,
             cpu: None,
@@ -153,20 +168,22 @@ impl Default for SendOptions {
 
 #[derive(Clone, Debug)]
 pub struct SendConfig {
-    pub to: SocketAddr,
+    /// Where to and how (the framing says whether a PSN leads each frame).
+    pub to: Destination,
     pub spec: SignalSpec,
-    /// Seconds of data to send (bounds the generated sequence).
+    /// Seconds of data to send (bounds the sequence).
     pub duration: Option<f64>,
     /// Frames of the sequence to send (all threads; bounds it too).
     pub frames: Option<u64>,
-    pub psn: bool,
     pub drops: Vec<DropRule>,
     /// Swap every n-th frame with the one after it.
     pub reorder: Option<u64>,
     /// Stray datagrams of random size and content spread through the stream.
     pub garbage: u64,
-    /// Replay this file's frames instead of generating.
-    pub file: Option<PathBuf>,
+    /// Replay this recording's frames instead of generating.
+    pub replay: Option<Recording>,
+    /// Pace a replay at this many bytes of frames per second instead of its own rate.
+    pub rate: Option<f64>,
     pub record_sent: Option<PathBuf>,
     /// Frame sets in the payload pool.
     pub pool: usize,
@@ -174,42 +191,59 @@ pub struct SendConfig {
 }
 
 impl SendConfig {
-    /// A send of `spec` to `to`, bounded by nothing yet (set `duration` or `frames`).
+    /// A send of `spec` to `to` over plain UDP, bounded by nothing yet (set `duration` or
+    /// `frames`).
     pub fn new(to: SocketAddr, spec: SignalSpec) -> SendConfig {
-        let d = SendOptions::default();
         SendConfig {
-            to,
+            to: Destination::udp(to),
             spec,
             duration: None,
             frames: None,
-            psn: d.psn,
             drops: Vec::new(),
             reorder: None,
             garbage: 0,
-            file: None,
+            replay: None,
+            rate: None,
             record_sent: None,
-            pool: d.pool as usize,
+            pool: SendOptions::default().pool as usize,
             cpu: None,
         }
     }
 
-    /// Reads the options (a negative count, an address or a drop rule that cannot be read is
-    /// named) and checks the configuration they make; opens nothing.
+    /// Reads the options (a negative count, an address, a rate or a drop rule that cannot be
+    /// read is named) and checks the configuration they make; opens nothing.
     pub fn from_options(o: &SendOptions) -> Result<SendConfig, ArgError> {
         let count = |name, v: i64, least| in_range(name, v, least, i64::MAX, "");
+        let mut to = destination("to", &o.to)?;
+        if o.psn {
+            to.framing =
+                match to.framing {
+                    Framing::Udp | Framing::Udps => Framing::Udps,
+                    Framing::Tcp => return Err(ArgError::new(
+                        "psn",
+                        "tcp:// carries the frames back to back, without packet sequence numbers: \
+                         leave psn out, or send to udps://HOST:PORT",
+                    )),
+                };
+        }
         let cfg = SendConfig {
-            to: address("to", &o.to)?,
+            to,
             spec: o.signal.clone(),
             duration: o.duration,
             frames: o.frames.map(|n| count("frames", n, 1)).transpose()?,
-            psn: o.psn,
             drops: match &o.drop {
                 Some(d) => parse_drops(d)?,
                 None => Vec::new(),
             },
             reorder: o.reorder.map(|n| count("reorder", n, 1)).transpose()?,
             garbage: count("garbage", o.garbage, 0)?,
-            file: o.file.clone(),
+            replay: recording(o)?,
+            rate: o
+                .rate
+                .as_deref()
+                .map(|r| crate::units::parse_rate("rate", r))
+                .transpose()
+                .map_err(|e| ArgError::new("rate", e.to_string().trim_start_matches("rate: ")))?,
             record_sent: o.record_sent.clone(),
             pool: count("pool", o.pool, 1)? as usize,
             cpu: o
@@ -232,10 +266,10 @@ impl SendConfig {
                 ));
             }
         }
-        if self.duration.is_none() && self.frames.is_none() && self.file.is_none() {
+        if self.duration.is_none() && self.frames.is_none() && self.replay.is_none() {
             return Err(ArgError::new(
                 "duration",
-                "give duration or frames (or a file to replay) to bound what is sent",
+                "give duration or frames (or a file or scan to replay) to bound what is sent",
             ));
         }
         if self.frames == Some(0) || self.reorder == Some(0) || self.pool == 0 {
@@ -253,14 +287,97 @@ impl SendConfig {
                 return Err(ArgError::new("record_sent", "an empty path names no file"));
             }
         }
-        if self.file.is_none() {
+        if self.to.framing == Framing::Tcp && self.garbage > 0 {
+            return Err(ArgError::new(
+                "garbage",
+                "stray datagrams need UDP: on tcp:// they would break the stream of frames; \
+                 send to udp:// or udps://, or leave garbage out",
+            ));
+        }
+        if let Some(r) = self.rate {
+            if !(r.is_finite() && r > 0.0) {
+                return Err(ArgError::new("rate", format!("{r} is not a positive rate")));
+            }
+            if self.replay.is_none() {
+                return Err(ArgError::new(
+                    "rate",
+                    "paces a replay (file or scan); the generated signal goes at fps x threads \
+                     frames per second: give fps instead",
+                ));
+            }
+        }
+        if self.replay.is_none() {
             // The signal is generated: its settings, and one frame per datagram.
             self.spec.template().map_err(signal_error)?;
-            let prefix = if self.psn { 8 } else { 0 };
-            check_datagram_frame_size(self.spec.frame_size, prefix)
-                .map_err(|why| ArgError::new("frame_size", why))?;
+            if self.to.framing != Framing::Tcp {
+                check_datagram_frame_size(self.spec.frame_size, self.psn_bytes())
+                    .map_err(|why| ArgError::new("frame_size", why))?;
+            }
         }
         Ok(())
+    }
+
+    /// Bytes before each frame: the PSN's 8, or none.
+    fn psn_bytes(&self) -> usize {
+        if self.to.framing.psn() {
+            8
+        } else {
+            0
+        }
+    }
+}
+
+/// What the options say to replay, checked: a file, or a scan on its disks (globs expanded);
+/// None: generate.
+fn recording(o: &SendOptions) -> Result<Option<Recording>, ArgError> {
+    let disks = disk_dirs("disks", &o.disks)?;
+    let format = o
+        .format
+        .as_deref()
+        .map(|f| {
+            Format::parse(f).ok_or_else(|| {
+                ArgError::new(
+                    "format",
+                    format!("{f:?} is not a scan layout; use {}", Format::NAMES),
+                )
+            })
+        })
+        .transpose()?;
+    if let Some(p) = &o.file {
+        if p.as_os_str().is_empty() {
+            return Err(ArgError::new("file", "an empty path names no file"));
+        }
+    }
+    match (&o.file, &o.scan) {
+        (Some(_), Some(_)) => Err(ArgError::new(
+            "scan",
+            "give file or scan, not both: file replays one VDIF file, scan a scan found on disks",
+        )),
+        (None, Some(name)) => {
+            if name.trim().is_empty() {
+                return Err(ArgError::new("scan", "an empty name names no scan"));
+            }
+            if disks.is_empty() {
+                return Err(ArgError::new(
+                    "disks",
+                    format!("none given: name the directories (mount points) scan {name:?} was recorded on"),
+                ));
+            }
+            Ok(Some(Recording::Scan {
+                name: name.clone(),
+                disks,
+                format,
+            }))
+        }
+        (file, None) => {
+            if !disks.is_empty() || format.is_some() {
+                return Err(ArgError::new(
+                    if disks.is_empty() { "format" } else { "disks" },
+                    "where and how a scan lies: give scan (its name) too; a file needs file alone",
+                ));
+            }
+            Ok(file.clone().map(Recording::File))
+        }
     }
 }
 
@@ -279,28 +396,16 @@ fn signal_error(e: GenerateError) -> ArgError {
     }
 }
 
-/// `HOST:PORT` (`[::1]:PORT` for IPv6, `localhost` for 127.0.0.1) with a port to send to.
-pub fn address(name: &str, text: &str) -> Result<SocketAddr, ArgError> {
-    let bad = || {
-        ArgError::new(
-            name,
-            format!("expected HOST:PORT such as 127.0.0.1:46227, got {text:?}"),
-        )
-    };
-    let (host, port) = text.trim().rsplit_once(':').ok_or_else(bad)?;
-    let port: i64 = port.parse().map_err(|_| bad())?;
-    let port = in_range(name, port, 1, 65_535, "the receiver's UDP port")? as u16;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let host = if host.is_empty() { "127.0.0.1" } else { host };
-    Ok(SocketAddr::new(crate::options::ip(name, host)?, port))
-}
-
 /// What a send did.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct SendSummary {
+    /// Where to, with its framing: `udp://HOST:PORT`, `udps://...` or `tcp://...`.
+    pub to: String,
+    /// The file or scan replayed (None: the signal was generated).
+    pub replayed: Option<String>,
     /// VDIF frames handed to the kernel.
     pub frames_sent: u64,
-    /// Bytes of those datagrams (PSN included).
+    /// Bytes handed to the kernel (PSNs and stray datagrams included).
     pub bytes_sent: u64,
     /// Frames of the sequence left out on purpose (--drop).
     pub frames_dropped: u64,
@@ -311,13 +416,23 @@ pub struct SendSummary {
     pub refused: u64,
     pub send_errors: u64,
     pub frame_size: usize,
+    /// Frames per second per thread (rounded where a given rate makes a fraction).
     pub frames_per_second: u32,
     pub threads: u32,
+    /// Frames per second, all threads, that the send was paced at.
+    pub frame_rate: f64,
+    /// How `frame_rate` was found: "signal" (the generated signal's fps x threads),
+    /// "frame-number wrap" (the highest frame number of a whole VDIF second + 1, per thread,
+    /// of the recording replayed), "header" (its EDV sample rate) or "rate" (given).
+    pub rate_source: String,
     /// Reference epoch and seconds of the first frame.
     pub ref_epoch: u32,
     pub start_second: u32,
+    /// Seconds from the first frame to the end of the last (its place in the pace).
     pub duration_s: f64,
-    /// Achieved rate in Gbit/s of datagram bytes.
+    /// Achieved frames per second: frames_sent / duration_s.
+    pub achieved_frame_rate: f64,
+    /// Achieved rate in Gbit/s of the bytes sent.
     pub gbps: f64,
     /// The send stopped before the end of its sequence (stop asked).
     pub stopped_early: bool,
@@ -443,7 +558,7 @@ pub fn verify_recording(
 /// Where frames come from.
 enum Source {
     Pool(Pool),
-    Replay { map: memmap2::Mmap, frames: u64 },
+    Replay(Replay),
 }
 
 /// A sender running in its own thread.
@@ -520,8 +635,9 @@ struct Job {
     cfg: SendConfig,
     /// When to send the first frame (the start of its VDIF second), if it is to wait.
     start_at: Option<Instant>,
-    socket: Socket,
+    link: Link,
     source: Source,
+    stream: Stream,
     total: u64,
     frame_size: usize,
     record: Option<std::io::BufWriter<std::fs::File>>,
@@ -532,7 +648,7 @@ impl Job {
         // Like a real source, start at a whole second of the clock: the next one (unless a
         // start was given, which is sent at once).
         let mut start_at = None;
-        if cfg.spec.start_second.is_none() && cfg.file.is_none() {
+        if cfg.spec.start_second.is_none() && cfg.replay.is_none() {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default();
@@ -541,63 +657,51 @@ impl Job {
             start_at = Some(Instant::now() + (Duration::from_secs(next) - now));
         }
         cfg.check()?;
-        let (source, frame_size, per_second) = match &cfg.file {
-            Some(path) => {
-                let replay_err = |why: String| SendError::Replay {
-                    path: path.clone(),
-                    why,
+        let source = match &cfg.replay {
+            Some(what) => Source::Replay(Replay::open(what, cfg.rate)?),
+            None => Source::Pool(Pool::new(&cfg.spec, cfg.pool)?),
+        };
+        let (stream, frame_size, mut total) = match &source {
+            Source::Pool(p) => {
+                let stream = Stream {
+                    per_second: p.fps as f64 * p.threads as f64,
+                    threads: p.threads,
+                    fps: p.fps,
+                    first: p.template,
+                    rate_source: "signal",
                 };
-                let file = std::fs::File::open(path).map_err(|e| replay_err(e.to_string()))?;
-                // SAFETY: read-only map of a recording the operator asked to replay.
-                let map =
-                    unsafe { memmap2::Mmap::map(&file) }.map_err(|e| replay_err(e.to_string()))?;
-                let h = Header::parse_unchecked(&map).map_err(|e| replay_err(e.to_string()))?;
-                let fs = h.frame_size();
-                if fs <= h.header_size() {
-                    return Err(replay_err(format!("first frame claims {fs} bytes")));
-                }
-                check_frame_size(fs)
-                    .and_then(|()| check_datagram_frame_size(fs, if cfg.psn { 8 } else { 0 }))
-                    .map_err(|why| replay_err(format!("its first frame: {why}")))?;
-                let frames = (map.len() / fs) as u64;
-                let mut threads = std::collections::BTreeSet::new();
-                for k in 0..frames.min(4096) as usize {
-                    if let Ok(h) = Header::parse_unchecked(&map[k * fs..]) {
-                        threads.insert(h.thread_id());
-                    }
-                }
-                let per_second = cfg.spec.fps as f64 * threads.len().max(1) as f64;
-                (Source::Replay { map, frames }, fs, per_second)
+                (stream, cfg.spec.frame_size, u64::MAX)
             }
-            None => {
-                let spec = &cfg.spec;
-                (
-                    Source::Pool(Pool::new(spec, cfg.pool)?),
-                    spec.frame_size,
-                    spec.fps as f64 * spec.threads as f64,
-                )
+            Source::Replay(r) => {
+                let fs = r.frames.frame_size();
+                if cfg.to.framing != Framing::Tcp {
+                    let what = match &cfg.replay {
+                        Some(Recording::Scan { .. }) => "scan",
+                        _ => "file",
+                    };
+                    check_datagram_frame_size(fs, cfg.psn_bytes()).map_err(|why| {
+                        ArgError::new(
+                            what,
+                            format!("{}: its frames: {why}; or replay it over tcp://", r.label),
+                        )
+                    })?;
+                }
+                let stream = Stream {
+                    per_second: r.rate.total(),
+                    threads: r.rate.threads,
+                    fps: r.rate.per_thread.round() as u32,
+                    first: r.first,
+                    rate_source: r.rate.source,
+                };
+                (stream, fs, r.frames.n_frames() as u64)
             }
         };
-        let mut total = u64::MAX;
         if let Some(d) = cfg.duration {
-            total = total.min((d * per_second).round() as u64);
+            total = total.min((d * stream.per_second).round() as u64);
         }
         if let Some(n) = cfg.frames {
             total = total.min(n);
         }
-        if let Source::Replay { frames, .. } = &source {
-            total = total.min(*frames);
-        }
-        let domain = if cfg.to.is_ipv6() {
-            Domain::IPV6
-        } else {
-            Domain::IPV4
-        };
-        let sock_err = |source| SendError::Socket { to: cfg.to, source };
-        let socket =
-            Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP)).map_err(sock_err)?;
-        let _ = socket.set_send_buffer_size(64 << 20);
-        socket.connect(&SockAddr::from(cfg.to)).map_err(sock_err)?;
         let record = match &cfg.record_sent {
             Some(p) => Some(std::io::BufWriter::with_capacity(
                 8 << 20,
@@ -608,11 +712,13 @@ impl Job {
             )),
             None => None,
         };
+        let link = Link::open(cfg.to)?;
         Ok(Job {
             cfg,
             start_at,
-            socket,
+            link,
             source,
+            stream,
             total,
             frame_size,
             record,
@@ -624,16 +730,26 @@ impl Job {
         if let Some(cpu) = self.cfg.cpu {
             crate::affinity::pin_current("sender", cpu);
         }
-        let stream = self.stream();
+        let stream = &self.stream;
         let mut sum = SendSummary {
+            to: self.cfg.to.to_string(),
+            replayed: match &self.source {
+                Source::Replay(r) => Some(r.label.clone()),
+                Source::Pool(_) => None,
+            },
             frame_size: self.frame_size,
             frames_per_second: stream.fps,
             threads: stream.threads,
+            frame_rate: stream.per_second,
+            rate_source: stream.rate_source.into(),
             ref_epoch: stream.first.ref_epoch(),
             start_second: stream.first.seconds(),
             ..Default::default()
         };
-        let mut schedule = Schedule::new(self.total, self.cfg.garbage);
+        let per_second = stream.per_second;
+        // Batches of at most a millisecond of stream, so that a slow one is not sent in bursts.
+        let most = ((per_second / 1000.0) as usize).clamp(1, SEND_BATCH);
+        let mut schedule = Schedule::new(self.total, self.cfg.garbage, most);
         let mut bufs = Buffers::new(self.cfg.spec.seed);
         if let Some(t) = self.start_at {
             while Instant::now() < t && !stop.load(Ordering::Acquire) {
@@ -641,49 +757,37 @@ impl Job {
             }
         }
         let started = Instant::now();
+        let due = |k: u64| started + Duration::from_secs_f64(k as f64 / per_second);
         while !schedule.done() {
-            if stop.load(Ordering::Acquire) {
+            // Pace: the batch's first frame is due at its place in the sequence.
+            let first = schedule.next;
+            if !wait_until(due(first), stop) {
                 sum.stopped_early = true;
                 break;
             }
-            let batch = self.schedule(&mut schedule, &stream, &mut sum);
-            // Pace: the batch's first frame is due at its place in the sequence.
-            let first = schedule.next.saturating_sub(batch.len() as u64);
-            wait_until(started + Duration::from_secs_f64(first as f64 / stream.per_second));
-            let mut datagrams = self.gather(&batch, &mut bufs);
-            self.transmit(&mut datagrams, &mut sum)?;
+            let batch = self.schedule(&mut schedule, &mut sum);
+            let (mut datagrams, is_frame) = self.gather(&batch, &mut bufs);
+            self.transmit(&mut datagrams, &is_frame, &mut sum, stop)?;
+        }
+        if !sum.stopped_early {
+            // The last frame's time runs out where the next would be due (a stop cuts it short).
+            wait_until(due(schedule.next), stop);
         }
         if let Some(mut w) = self.record.take() {
             w.flush().map_err(|e| format!("record_sent: {e}"))?;
         }
         sum.duration_s = started.elapsed().as_secs_f64();
-        sum.gbps = sum.bytes_sent as f64 * 8.0 / sum.duration_s.max(1e-9) / 1e9;
+        let seconds = sum.duration_s.max(1e-9);
+        sum.achieved_frame_rate = sum.frames_sent as f64 / seconds;
+        sum.gbps = sum.bytes_sent as f64 * 8.0 / seconds / 1e9;
         Ok(sum)
-    }
-
-    /// The stream's rate, threads and first header.
-    fn stream(&self) -> Stream {
-        match &self.source {
-            Source::Pool(p) => Stream {
-                per_second: p.fps as f64 * p.threads as f64,
-                threads: p.threads,
-                fps: p.fps,
-                first: p.template,
-            },
-            Source::Replay { map, .. } => Stream {
-                per_second: self.cfg.spec.fps as f64,
-                threads: 1,
-                fps: self.cfg.spec.fps,
-                first: Header::parse_unchecked(map).expect("checked in prepare"),
-            },
-        }
     }
 
     /// The next batch in sending order: sequence numbers with drops left out, swaps done and
     /// stray datagrams mixed in.
-    fn schedule(&self, s: &mut Schedule, stream: &Stream, sum: &mut SendSummary) -> Vec<Item> {
+    fn schedule(&self, s: &mut Schedule, sum: &mut SendSummary) -> Vec<Item> {
         let mut batch: Vec<Item> = Vec::with_capacity(SEND_BATCH + 2);
-        while batch.len() < SEND_BATCH && !s.done() {
+        while batch.len() < s.batch && !s.done() {
             if s.next >= s.total {
                 batch.push(Item::Frame(s.pending_swap.take().expect("pending")));
                 continue;
@@ -694,7 +798,7 @@ impl Job {
                 batch.push(Item::Garbage);
                 s.garbage_left -= 1;
             }
-            if self.dropped(k, &stream.first, stream.fps, stream.threads) {
+            if self.dropped(k) {
                 sum.frames_dropped += 1;
                 continue;
             }
@@ -713,18 +817,14 @@ impl Job {
         batch
     }
 
-    /// The batch's datagrams as iovecs: [PSN], header, payload of each frame (the payload
-    /// straight from the pool or the replayed file), or random bytes for a stray datagram.
-    fn gather(&self, batch: &[Item], bufs: &mut Buffers) -> Datagrams {
-        let mut d = Datagrams {
-            iov: Vec::with_capacity(batch.len()),
-            parts: Vec::with_capacity(batch.len()),
-            is_frame: Vec::with_capacity(batch.len()),
-        };
-        let payload_len = self.frame_size - 32;
+    /// The batch's datagrams: [PSN], header, payload of a generated frame (the payload
+    /// straight from the pool), [PSN], the whole frame of a replayed one (straight from the
+    /// recording), or random bytes for a stray datagram; and which of them are frames.
+    fn gather(&self, batch: &[Item], bufs: &mut Buffers) -> (Vec<Datagram>, Vec<bool>) {
+        let mut out = Vec::with_capacity(batch.len());
+        let mut is_frame = Vec::with_capacity(batch.len());
         for (i, item) in batch.iter().enumerate() {
-            let mut v = [empty_iov(), empty_iov(), empty_iov()];
-            let mut n = 0;
+            let mut d = Datagram::new();
             match *item {
                 Item::Garbage => {
                     let len = (bufs.rng.next_u64() % 9000) as usize;
@@ -732,105 +832,86 @@ impl Job {
                         let r = bufs.rng.next_u64().to_le_bytes();
                         b.copy_from_slice(&r[..b.len()]);
                     }
-                    v[0] = iovec(bufs.garbage.as_ptr(), len);
-                    n = 1;
+                    d.push(bufs.garbage.as_ptr(), len);
                 }
                 Item::Frame(k) => {
-                    let (hdr, payload) = self.frame_parts(k, &mut bufs.headers[i]);
                     // The PSN is the frame's place in the sequence: a dropped frame leaves a
                     // gap, a swapped one arrives out of order, as on a real network.
-                    if self.cfg.psn {
+                    if self.cfg.to.framing.psn() {
                         bufs.psns[i] = k.to_le_bytes();
-                        v[n] = iovec(bufs.psns[i].as_ptr(), 8);
-                        n += 1;
+                        d.push(bufs.psns[i].as_ptr(), 8);
                     }
-                    v[n] = iovec(hdr, 32);
-                    v[n + 1] = iovec(payload, payload_len);
-                    n += 2;
+                    match &self.source {
+                        Source::Pool(p) => {
+                            let (t, set) = ((k % p.threads as u64) as u32, k / p.threads as u64);
+                            let (h, payload) = p.frame(set, t);
+                            h.write_to(&mut bufs.headers[i]);
+                            d.push(bufs.headers[i].as_ptr(), 32);
+                            d.push(payload.as_ptr(), payload.len());
+                        }
+                        Source::Replay(r) => {
+                            let frame = r.frames.frame(k as usize);
+                            d.push(frame.as_ptr(), frame.len());
+                        }
+                    }
                 }
             }
-            d.iov.push(v);
-            d.parts.push(n);
-            d.is_frame.push(matches!(item, Item::Frame(_)));
+            out.push(d);
+            is_frame.push(matches!(item, Item::Frame(_)));
         }
-        d
+        (out, is_frame)
     }
 
-    /// Hands the datagrams to the kernel (a refused one is counted and skipped) and writes
-    /// the frames sent to `record_sent`.
-    fn transmit(&mut self, d: &mut Datagrams, sum: &mut SendSummary) -> Result<(), String> {
-        let mut msgs: Vec<libc::mmsghdr> = d
-            .iov
-            .iter_mut()
-            .zip(&d.parts)
-            .map(|(v, n)| {
-                // SAFETY: zeroed mmsghdr is a valid empty value; fields set below.
-                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                m.msg_hdr.msg_iov = v.as_mut_ptr();
-                m.msg_hdr.msg_iovlen = *n;
-                m
-            })
-            .collect();
-        let mut at = 0;
-        while at < msgs.len() {
-            // SAFETY: the messages point at buffers alive for this call.
-            let rc = unsafe {
-                libc::sendmmsg(
-                    self.socket.as_raw_fd(),
-                    msgs[at..].as_mut_ptr(),
-                    (msgs.len() - at) as libc::c_uint,
-                    0,
-                )
-            };
-            if rc < 0 {
-                let e = std::io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::ECONNREFUSED) => {
-                        // Nobody listening: this datagram is not sent; count it and go on.
-                        sum.refused += 1;
-                        at += 1;
+    /// Hands the batch to the link, counts what became of each datagram and writes the frames
+    /// sent to `record_sent`.
+    fn transmit(
+        &mut self,
+        batch: &mut [Datagram],
+        is_frame: &[bool],
+        sum: &mut SendSummary,
+        stop: &AtomicBool,
+    ) -> Result<(), String> {
+        let to = self.link.destination();
+        let outcomes = self.link.send(batch, stop).map_err(|e| {
+            format!(
+                "{to}: the connection broke after {} frames: {e}",
+                sum.frames_sent
+            )
+        })?;
+        let psn = usize::from(self.cfg.to.framing.psn());
+        for ((d, frame), outcome) in batch.iter().zip(is_frame).zip(outcomes) {
+            match outcome {
+                Outcome::Refused => sum.refused += 1,
+                Outcome::Failed => sum.send_errors += 1,
+                Outcome::Unsent => {}
+                Outcome::Sent => {
+                    sum.bytes_sent += d.len() as u64;
+                    if !frame {
+                        sum.garbage_sent += 1;
+                        continue;
                     }
-                    Some(libc::ENOBUFS) | Some(libc::EAGAIN) | Some(libc::EINTR) => {
-                        std::thread::sleep(Duration::from_micros(50));
-                    }
-                    _ => {
-                        sum.send_errors += 1;
-                        at += 1;
-                    }
-                }
-                continue;
-            }
-            for idx in at..at + rc as usize {
-                let parts = &d.iov[idx][..d.parts[idx]];
-                sum.bytes_sent += parts.iter().map(|v| v.iov_len as u64).sum::<u64>();
-                if !d.is_frame[idx] {
-                    sum.garbage_sent += 1;
-                    continue;
-                }
-                sum.frames_sent += 1;
-                if let Some(w) = self.record.as_mut() {
-                    for part in &parts[usize::from(self.cfg.psn)..] {
-                        // SAFETY: the iovec points at a live header or payload.
-                        let s = unsafe {
-                            std::slice::from_raw_parts(part.iov_base as *const u8, part.iov_len)
-                        };
-                        w.write_all(s).map_err(|e| format!("record_sent: {e}"))?;
+                    sum.frames_sent += 1;
+                    if let Some(w) = self.record.as_mut() {
+                        for part in &d.parts()[psn..] {
+                            // SAFETY: the iovec points at a live header, payload or frame.
+                            let s = unsafe {
+                                std::slice::from_raw_parts(part.iov_base as *const u8, part.iov_len)
+                            };
+                            w.write_all(s).map_err(|e| format!("record_sent: {e}"))?;
+                        }
                     }
                 }
             }
-            at += rc as usize;
         }
         Ok(())
     }
 
     /// Whether frame `k` of the sequence is to be dropped.
-    fn dropped(&self, k: u64, first: &Header, fps: u32, threads: u32) -> bool {
+    fn dropped(&self, k: u64) -> bool {
         if self.cfg.drops.is_empty() {
             return false;
         }
-        let set = k / threads as u64;
-        let seq = first.frame_nr() as u64 + set;
-        let (second, fnr) = (seq / fps as u64, (seq % fps as u64) as u32);
+        let (second, fnr) = self.place(k);
         self.cfg.drops.iter().any(|r| match *r {
             DropRule::Range {
                 second: s,
@@ -841,20 +922,22 @@ impl Job {
         })
     }
 
-    /// Header (written into `hdr`) and payload pointer of frame `k`.
-    fn frame_parts(&self, k: u64, hdr: &mut [u8; 32]) -> (*const u8, *const u8) {
+    /// The VDIF second (counted from the first frame's) and frame number of frame `k`.
+    fn place(&self, k: u64) -> (u64, u32) {
+        let first = &self.stream.first;
         match &self.source {
             Source::Pool(p) => {
-                let (t, set) = ((k % p.threads as u64) as u32, k / p.threads as u64);
-                let (h, payload) = p.frame(set, t);
-                h.write_to(hdr);
-                (hdr.as_ptr(), payload.as_ptr())
+                let (fps, set) = (p.fps as u64, k / p.threads as u64);
+                let seq = first.frame_nr() as u64 + set;
+                (seq / fps, (seq % fps) as u32)
             }
-            Source::Replay { map, .. } => {
-                let off = k as usize * self.frame_size;
-                hdr.copy_from_slice(&map[off..off + 32]);
-                (hdr.as_ptr(), map[off + 32..].as_ptr())
-            }
+            Source::Replay(r) => match Header::parse_unchecked(r.frames.frame(k as usize)) {
+                Ok(h) => (
+                    h.seconds().saturating_sub(first.seconds()) as u64,
+                    h.frame_nr(),
+                ),
+                Err(_) => (u64::MAX, u32::MAX),
+            },
         }
     }
 }
@@ -866,12 +949,13 @@ enum Item {
 }
 
 /// The stream being sent: frames per second in all, threads, frames per second per thread,
-/// the first frame's header.
+/// the first frame's header, and how the rate was found.
 struct Stream {
     per_second: f64,
     threads: u32,
     fps: u32,
     first: Header,
+    rate_source: &'static str,
 }
 
 /// Where the sending order stands.
@@ -883,13 +967,16 @@ struct Schedule {
     pending_swap: Option<u64>,
     garbage_left: u64,
     garbage_every: u64,
+    /// Frames per batch, at most.
+    batch: usize,
 }
 
 impl Schedule {
-    fn new(total: u64, garbage: u64) -> Schedule {
+    fn new(total: u64, garbage: u64, batch: usize) -> Schedule {
         Schedule {
             next: 0,
             total,
+            batch,
             pending_swap: None,
             garbage_left: garbage,
             garbage_every: if garbage > 0 {
@@ -925,37 +1012,20 @@ impl Buffers {
     }
 }
 
-/// One batch ready for sendmmsg: up to three iovecs per datagram.
-struct Datagrams {
-    iov: Vec<[libc::iovec; 3]>,
-    parts: Vec<usize>,
-    is_frame: Vec<bool>,
-}
-
-fn iovec(base: *const u8, len: usize) -> libc::iovec {
-    libc::iovec {
-        iov_base: base as *mut libc::c_void,
-        iov_len: len,
-    }
-}
-
-fn empty_iov() -> libc::iovec {
-    libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }
-}
-
-/// Sleeps until `due`, spinning for the last stretch (sleep is coarse at these rates).
-fn wait_until(due: Instant) {
+/// Sleeps until `due`, spinning for the last stretch (sleep is coarse at these rates); false
+/// if a stop was asked first.
+fn wait_until(due: Instant, stop: &AtomicBool) -> bool {
     loop {
+        if stop.load(Ordering::Acquire) {
+            return false;
+        }
         let now = Instant::now();
         if now >= due {
-            return;
+            return true;
         }
         let left = due - now;
         if left > Duration::from_micros(200) {
-            std::thread::sleep(left - Duration::from_micros(100));
+            std::thread::sleep((left - Duration::from_micros(100)).min(Duration::from_millis(20)));
         } else {
             std::hint::spin_loop();
         }
@@ -988,5 +1058,110 @@ mod tests {
             let e = parse_drops(bad).unwrap_err().to_string();
             assert!(e.starts_with("drop: "), "{e}");
         }
+    }
+
+    fn options(to: &str) -> SendOptions {
+        SendOptions {
+            to: to.into(),
+            frames: Some(10),
+            ..SendOptions::default()
+        }
+    }
+
+    #[test]
+    fn options_name_what_to_fix() {
+        let err = |o: SendOptions| SendConfig::from_options(&o).unwrap_err().to_string();
+        let both = SendOptions {
+            file: Some("a.vdif".into()),
+            scan: Some("s".into()),
+            disks: vec!["/tmp".into()],
+            ..options("127.0.0.1:9")
+        };
+        assert!(err(both).starts_with("scan: give file or scan, not both"));
+        let no_disks = SendOptions {
+            scan: Some("s".into()),
+            ..options("127.0.0.1:9")
+        };
+        assert!(err(no_disks).starts_with("disks: none given"));
+        let psn_tcp = SendOptions {
+            psn: true,
+            ..options("tcp://127.0.0.1:9")
+        };
+        assert!(err(psn_tcp).starts_with("psn: tcp://"));
+        let rate_alone = SendOptions {
+            rate: Some("1Gbps".into()),
+            ..options("127.0.0.1:9")
+        };
+        assert!(err(rate_alone).starts_with("rate: paces a replay"));
+        let bad_rate = SendOptions {
+            rate: Some("fast".into()),
+            file: Some("a.vdif".into()),
+            ..options("127.0.0.1:9")
+        };
+        assert!(err(bad_rate).starts_with("rate: cannot read \"fast\" as a rate"));
+        assert!(err(options("ftp://127.0.0.1:9")).starts_with("to: unknown scheme"));
+        // psn on UDP is udps.
+        let cfg = SendConfig::from_options(&SendOptions {
+            psn: true,
+            ..options("udp://127.0.0.1:9")
+        })
+        .unwrap();
+        assert_eq!(cfg.to.framing, Framing::Udps);
+    }
+
+    /// A two-thread file replayed over TCP: the bytes as recorded, at its own rate.
+    #[test]
+    fn a_replay_goes_as_recorded_at_its_own_rate() {
+        let dir = std::env::temp_dir().join(format!("vdifrec-replay-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("two_threads.vdif");
+        let signal = SignalSpec {
+            frame_size: 1056,
+            fps: 400,
+            threads: 2,
+            ref_epoch: Some(53),
+            start_second: Some(1000),
+            ..SignalSpec::default()
+        };
+        crate::sources::generate::write_file(
+            &file,
+            &crate::sources::generate::GenerateOptions {
+                seconds: 1.25,
+                signal,
+            },
+        )
+        .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let reader = std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().unwrap();
+            let mut all = Vec::new();
+            std::io::Read::read_to_end(&mut c, &mut all).unwrap();
+            all
+        });
+        let cfg = SendConfig::from_options(&SendOptions {
+            to: format!("tcp://127.0.0.1:{port}"),
+            file: Some(file.clone()),
+            ..SendOptions::default()
+        })
+        .unwrap();
+        let mut sender = Sender::start(cfg).unwrap();
+        let sum = sender.wait(Some(Duration::from_secs(30))).unwrap().unwrap();
+        drop(sender);
+        let recorded = std::fs::read(&file).unwrap();
+        assert_eq!(reader.join().unwrap(), recorded);
+        assert_eq!(sum.frames_sent, 1000);
+        assert_eq!(sum.bytes_sent, recorded.len() as u64);
+        assert_eq!((sum.threads, sum.frames_per_second), (2, 400));
+        assert_eq!(
+            (sum.frame_rate, sum.rate_source.as_str()),
+            (800.0, "frame-number wrap")
+        );
+        assert!(
+            (sum.achieved_frame_rate / 800.0 - 1.0).abs() < 0.05,
+            "{sum:?}"
+        );
+        assert_eq!(sum.to, format!("tcp://127.0.0.1:{port}"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -978,6 +978,18 @@ pub fn open_scan(
     format: Option<Format>,
     sample_rate: Option<f64>,
 ) -> Result<(VdifFile, Vec<TornPiece>), ScanError> {
+    let (scan, frames) = scan_frames(name, disks, format)?;
+    let file = VdifFile::from_frames(PathBuf::from(scan.label()), frames, sample_rate)?;
+    Ok((file, scan.torn))
+}
+
+/// Scan `name`'s whole frames in stream order, mapped, as `open_scan` reads them: a scan with
+/// a gap, or with no whole frame, is refused (the error says why and what to do).
+pub fn scan_frames(
+    name: &str,
+    disks: &[PathBuf],
+    format: Option<Format>,
+) -> Result<(ScanLayout, FrameStore), ScanError> {
     let scan = ScanLayout::locate(name, disks, format)?;
     scan.require_complete()?;
     if scan.bytes() == 0 {
@@ -987,8 +999,7 @@ pub fn open_scan(
         });
     }
     let frames = scan.map()?;
-    let file = VdifFile::from_frames(PathBuf::from(scan.label()), frames, sample_rate)?;
-    Ok((file, scan.torn))
+    Ok((scan, frames))
 }
 
 /// Every scan on `disks`, by name then format. A scan that cannot be read as it is is listed

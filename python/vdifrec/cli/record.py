@@ -21,6 +21,7 @@ from .args import (
     OptionError,
     UsageError,
     add_capture_arguments,
+    add_disk_arguments,
     add_scan_arguments,
     add_signal_arguments,
     default,
@@ -194,26 +195,68 @@ def follow(rec: Recorder, duration: float | None, quiet: bool, out: Any = None, 
 # -- send -------------------------------------------------------------------------------------
 
 
+_SEND_DESCRIPTION = """\
+A paced VDIF source. By default a generated signal: noise plus a tone, real headers,
+125000 frames/s of 8224 bytes (8.224 Gbps; --fps, --threads and the other signal
+settings change it). Faults can be injected: --drop, --reorder, --garbage.
+
+With --file F, or --scan NAME --disk DIR (a scan recorded in any layout: file, vbs,
+mk6), a recording is replayed instead: its frames in recorded order, each exactly as
+recorded, each due at its place in the sequence, at the recording's own frame rate:
+frames per second per thread from the data (the highest frame number of a whole VDIF
+second + 1), or from the headers' sample rate (EDV 1, 3) where it never passes a whole
+second, times its threads. --rate overrides it. The summary says how it was found.
+
+Framings (--to): HOST:PORT or udp://HOST:PORT, one frame per datagram; udps://HOST:PORT,
+each datagram led by a 64-bit little-endian packet sequence number (the frame's place
+in the sequence, as --psn); tcp://HOST:PORT, one connection, frames back to back.
+
+examples:
+  vdifrec send --to 127.0.0.1:46227 --duration 10
+  vdifrec send --to udps://10.0.1.1:46227 --scan kvn_scan1 --disk '/mnt/disk*'
+  vdifrec send --to tcp://10.0.2.1:2650 --file scan.vdif --rate 4Gbps
+"""
+
+
 def add_send(sub: Any) -> None:
     p = sub.add_parser(
         "send",
-        help="send a FILA10G-like VDIF stream (or replay a file) to HOST:PORT over UDP",
-        description="A paced VDIF source: noise plus a tone, real headers, 125000 frames/s of 8224 "
-        "bytes by default (8.224 Gbps). Faults can be injected: --drop, --reorder, --garbage.",
+        help="send a FILA10G-like VDIF stream, or replay a recording at its own rate, over UDP or TCP",
+        description=_SEND_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--to", required=True, help="HOST:PORT to send to")
-    p.add_argument("--duration", type=number, help="seconds of stream to send")
+    p.add_argument("--to", required=True, metavar="[SCHEME://]HOST:PORT",
+                   help="where to, and how: HOST:PORT or udp://HOST:PORT (one frame per datagram), udps://HOST:PORT "
+                        "(each datagram led by a 64-bit packet sequence number, as --psn), tcp://HOST:PORT (one "
+                        "connection, frames back to back)")
+    p.add_argument("--duration", type=number, help="seconds of stream to send (a replay ends with the recording)")
     p.add_argument("--frames", type=integer, help="frames to send (all threads)")
     add_signal_arguments(p)
-    p.add_argument("--psn", action="store_true", default=None, help="prepend an 8-byte packet sequence number")
+    p.add_argument("--psn", action="store_true", default=None,
+                   help="prepend an 8-byte packet sequence number (the same as udps://; not over tcp://)")
     p.add_argument("--drop", help="frames to leave out: S:A-B (second S from the start, frames A..B), every:N")
     p.add_argument("--reorder", type=integer, help="swap every N-th frame with the next")
-    p.add_argument("--garbage", type=integer, help="stray datagrams of random size and content to mix in")
+    p.add_argument("--garbage", type=integer, help="stray datagrams of random size and content to mix in (UDP only)")
     p.add_argument("--file", type=path, help="replay this VDIF file instead of generating")
+    p.add_argument("--scan", metavar="NAME", type=path,
+                   help="replay this scan, recorded on the --disk directories in any layout, instead of generating")
+    add_disk_arguments(p, required=False)
+    p.add_argument("--rate", metavar="RATE",
+                   help="replay at this data rate of VDIF frames, 4Gbps (bits per second) or 500MB/s (bytes), "
+                        "instead of the recording's own")
     p.add_argument("--record-sent", help="write exactly the frames sent to this file")
     p.add_argument("--cpu", type=integer, help="pin the sender to this CPU")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run_send)
+
+
+#: How a send's pace was found, as its summary line says it.
+_RATE_SOURCES = {
+    "signal": "--fps x --threads",
+    "frame-number wrap": "the recording's frame numbers",
+    "header": "the recording's headers",
+    "rate": "--rate",
+}
 
 
 def run_send(a: argparse.Namespace) -> int:
@@ -222,6 +265,11 @@ def run_send(a: argparse.Namespace) -> int:
     try:
         sender = Sender(a.to, **options)
     except _core.SenderError as exc:
+        # "to: nobody accepts a connection at ...": main() names the flag.
+        raise OptionError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(os_error(exc)) from None
+    except _core.FormatError as exc:
         raise UsageError(str(exc)) from None
     with sigterm_as_interrupt():
         try:
@@ -232,10 +280,14 @@ def run_send(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(result, indent=1))
     else:
+        what = f"replayed {result['replayed']}: " if result["replayed"] else ""
+        how = _RATE_SOURCES.get(result["rate_source"], result["rate_source"])
         print(
-            f"sent {result['frames_sent']} frames ({result['bytes_sent']} bytes) to {a.to} in "
-            f"{result['duration_s']:.2f} s: {result['gbps']:.3f} Gbit/s; dropped {result['frames_dropped']}, "
-            f"reordered {result['frames_reordered']}, garbage {result['garbage_sent']}, refused {result['refused']}"
+            f"{what}sent {result['frames_sent']} frames ({result['bytes_sent']} bytes) to {result['to']} in "
+            f"{result['duration_s']:.2f} s: {result['achieved_frame_rate']:.1f} frames/s, {result['gbps']:.3f} Gbit/s "
+            f"(paced at {result['frame_rate']:.1f} frames/s, {result['threads']} threads, from {how}); "
+            f"dropped {result['frames_dropped']}, reordered {result['frames_reordered']}, "
+            f"garbage {result['garbage_sent']}, refused {result['refused']}"
         )
     return 0
 
