@@ -28,12 +28,13 @@ def test_no_import_circle_in_the_rust_core() -> None:
 #: What each stage of the core may use (besides itself): dependencies point down the data path.
 STAGES_MAY_USE = {
     "vdif": {"options", "units"},
-    "record": {"vdif", "options", "units", "affinity"},
+    "record": {"vdif", "options", "units", "affinity", "endpoint"},
     "analysis": {"vdif", "record", "options", "units"},
-    "sources": {"vdif", "options", "units", "affinity"},
+    "sources": {"vdif", "options", "units", "affinity", "endpoint"},
     "transfer": {"vdif", "options", "units"},
     "doctor": {"options", "units"},
     "options": {"units"},
+    "endpoint": {"options", "units"},
     "units": set(),
     "affinity": set(),
 }

@@ -1,14 +1,14 @@
-//! Where a send goes and how its frames travel, as `to` names it: `HOST:PORT` or
-//! `udp://HOST:PORT` (one frame per datagram), `udps://HOST:PORT` (the same, each datagram led
-//! by a 64-bit packet sequence number), `tcp://HOST:PORT` (one connection, the frames back to
-//! back, nothing between them).
+//! Where a send goes and how its frames travel, as `to` names it (read by `endpoint`, as the
+//! forwarder reads its destinations): `HOST:PORT` or `udp://HOST:PORT` (one frame per
+//! datagram), `udps://HOST:PORT` (the same, each datagram led by a 64-bit packet sequence
+//! number), `tcp://HOST:PORT` (one connection, the frames back to back, nothing between them).
 //!
 //! A batch goes out in one system call: `sendmmsg` for UDP, `sendmsg` of all its iovecs for
 //! TCP. The link says what became of each frame; the sender counts.
 
-use crate::options::{in_range, ArgError};
+pub use crate::endpoint::{Endpoint, Framing};
+use crate::options::ArgError;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -18,100 +18,17 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a blocked TCP write waits before the stop flag is looked at again.
 const WRITE_SLICE: Duration = Duration::from_millis(100);
 
-/// How frames travel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Framing {
-    /// One frame per datagram.
-    Udp,
-    /// One frame per datagram, after an 8-byte little-endian packet sequence number.
-    Udps,
-    /// One TCP connection, frames back to back.
-    Tcp,
-}
-
-impl Framing {
-    /// The scheme that names it in `to`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Framing::Udp => "udp",
-            Framing::Udps => "udps",
-            Framing::Tcp => "tcp",
-        }
-    }
-
-    /// Whether each frame is led by a packet sequence number.
-    pub fn psn(self) -> bool {
-        self == Framing::Udps
-    }
-}
-
-/// Where a send goes: the framing and the receiver's address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Destination {
-    pub framing: Framing,
-    pub addr: SocketAddr,
-}
-
-impl Destination {
-    /// Plain UDP to `addr`.
-    pub fn udp(addr: SocketAddr) -> Destination {
-        Destination {
-            framing: Framing::Udp,
-            addr,
-        }
-    }
-}
-
-impl std::fmt::Display for Destination {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}://{}", self.framing.name(), self.addr)
-    }
-}
-
-/// `to` as the user gives it: `HOST:PORT`, `udp://HOST:PORT`, `udps://HOST:PORT` or
-/// `tcp://HOST:PORT` (`[::1]:PORT` for IPv6, `localhost` for 127.0.0.1).
-pub fn destination(name: &str, text: &str) -> Result<Destination, ArgError> {
-    let (framing, rest) = match text.trim().split_once("://") {
-        None => (Framing::Udp, text),
-        Some((scheme, rest)) => {
-            let framing = match scheme.to_ascii_lowercase().as_str() {
-                "udp" => Framing::Udp,
-                "udps" => Framing::Udps,
-                "tcp" => Framing::Tcp,
-                _ => {
-                    return Err(ArgError::new(
-                        name,
-                        format!(
-                            "unknown scheme {scheme:?} in {text:?}: give udp://HOST:PORT (one frame per datagram, \
-                             as HOST:PORT alone), udps://HOST:PORT (each datagram led by a 64-bit packet \
-                             sequence number) or tcp://HOST:PORT (frames back to back on one connection)"
-                        ),
-                    ))
-                }
-            };
-            (framing, rest)
-        }
-    };
-    Ok(Destination {
-        framing,
-        addr: address(name, rest)?,
-    })
-}
-
-/// `HOST:PORT` (`[::1]:PORT` for IPv6, `localhost` for 127.0.0.1) with a port to send to.
-pub fn address(name: &str, text: &str) -> Result<SocketAddr, ArgError> {
-    let bad = || {
-        ArgError::new(
+/// `to` as the user gives it: `[SCHEME://]HOST:PORT`, plain UDP without a scheme (`[::1]:PORT`
+/// for IPv6, `localhost` for 127.0.0.1, or a host name).
+pub fn destination(name: &str, text: &str) -> Result<Endpoint, ArgError> {
+    let (to, query) = crate::endpoint::parse(name, text, Some(Framing::Udp))?;
+    if query.is_some() {
+        return Err(ArgError::new(
             name,
-            format!("expected HOST:PORT such as 127.0.0.1:46227 (or udp://, udps://, tcp:// before it), got {text:?}"),
-        )
-    };
-    let (host, port) = text.trim().rsplit_once(':').ok_or_else(bad)?;
-    let port: i64 = port.parse().map_err(|_| bad())?;
-    let port = in_range(name, port, 1, 65_535, "the receiver's port")? as u16;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let host = if host.is_empty() { "127.0.0.1" } else { host };
-    Ok(SocketAddr::new(crate::options::ip(name, host)?, port))
+            format!("{text:?}: a send takes no ?keys: give [SCHEME://]HOST:PORT"),
+        ));
+    }
+    Ok(to)
 }
 
 /// Why a link could not be opened.
@@ -121,12 +38,12 @@ pub enum LinkError {
         "to: nobody accepts a connection at {to} ({source}): start the receiver first, or check to"
     )]
     Refused {
-        to: Destination,
+        to: Endpoint,
         source: std::io::Error,
     },
     #[error("cannot open the socket to {to}: {source}")]
     Socket {
-        to: Destination,
+        to: Endpoint,
         source: std::io::Error,
     },
 }
@@ -196,19 +113,22 @@ pub enum Outcome {
 
 /// An open link.
 pub struct Link {
-    to: Destination,
+    to: Endpoint,
     socket: Socket,
 }
 
 impl Link {
     /// Opens the socket (and, for TCP, the connection, waiting at most 10 s).
-    pub fn open(to: Destination) -> Result<Link, LinkError> {
+    pub fn open(to: Endpoint) -> Result<Link, LinkError> {
         let domain = if to.addr.is_ipv6() {
             Domain::IPV6
         } else {
             Domain::IPV4
         };
-        let sock_err = |source| LinkError::Socket { to, source };
+        let sock_err = |source| LinkError::Socket {
+            to: to.clone(),
+            source,
+        };
         let addr = SockAddr::from(to.addr);
         let socket = match to.framing {
             Framing::Udp | Framing::Udps => {
@@ -227,8 +147,14 @@ impl Link {
                     .map_err(|source| match source.kind() {
                         std::io::ErrorKind::ConnectionRefused
                         | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::WouldBlock => LinkError::Refused { to, source },
-                        _ => LinkError::Socket { to, source },
+                        | std::io::ErrorKind::WouldBlock => LinkError::Refused {
+                            to: to.clone(),
+                            source,
+                        },
+                        _ => LinkError::Socket {
+                            to: to.clone(),
+                            source,
+                        },
                     })?;
                 s.set_write_timeout(Some(WRITE_SLICE)).map_err(sock_err)?;
                 s
@@ -237,8 +163,8 @@ impl Link {
         Ok(Link { to, socket })
     }
 
-    pub fn destination(&self) -> Destination {
-        self.to
+    pub fn destination(&self) -> &Endpoint {
+        &self.to
     }
 
     /// Sends a batch in order; what became of each datagram. A TCP connection that breaks

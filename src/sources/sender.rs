@@ -10,7 +10,7 @@
 
 use crate::options::{disk_dirs, in_range, ArgError};
 use crate::sources::generate::{frame_header, GenerateError, SignalSpec, Synth};
-use crate::sources::link::{destination, Datagram, Destination, Framing, Link, LinkError, Outcome};
+use crate::sources::link::{destination, Datagram, Endpoint, Framing, Link, LinkError, Outcome};
 use crate::sources::replay::{Recording, Replay, ReplayError};
 use crate::vdif::header::check_datagram_frame_size;
 use crate::vdif::header::Header;
@@ -169,7 +169,7 @@ impl Default for SendOptions {
 #[derive(Clone, Debug)]
 pub struct SendConfig {
     /// Where to and how (the framing says whether a PSN leads each frame).
-    pub to: Destination,
+    pub to: Endpoint,
     pub spec: SignalSpec,
     /// Seconds of data to send (bounds the sequence).
     pub duration: Option<f64>,
@@ -195,7 +195,7 @@ impl SendConfig {
     /// `frames`).
     pub fn new(to: SocketAddr, spec: SignalSpec) -> SendConfig {
         SendConfig {
-            to: Destination::udp(to),
+            to: Endpoint::udp(to),
             spec,
             duration: None,
             frames: None,
@@ -712,7 +712,7 @@ impl Job {
             )),
             None => None,
         };
-        let link = Link::open(cfg.to)?;
+        let link = Link::open(cfg.to.clone())?;
         Ok(Job {
             cfg,
             start_at,
@@ -871,7 +871,7 @@ impl Job {
         sum: &mut SendSummary,
         stop: &AtomicBool,
     ) -> Result<(), String> {
-        let to = self.link.destination();
+        let to = self.link.destination().clone();
         let outcomes = self.link.send(batch, stop).map_err(|e| {
             format!(
                 "{to}: the connection broke after {} frames: {e}",

@@ -8,53 +8,16 @@
 //! `channels=0-15` (corner-turn: each listed channel its own single-channel thread),
 //! `payload=N` (re-frame to N-byte payloads so that each datagram fits the path's MTU), and a
 //! pacing cap, `rate=2Gbps` or jive5ab's `ipd=N` (microseconds between datagrams; `Nns`).
-//! The host is resolved here, once: a name that does not resolve is a bad argument, not a
-//! destination that is down.
+//! `endpoint` reads the scheme and the host (resolved once: a name that does not resolve is a
+//! bad argument, not a destination that is down).
 
+use crate::endpoint::{self, Endpoint, Framing};
 use crate::options::ArgError;
 use crate::vdif::transform::{parse_index_list, TransformSpec};
-use serde::Serialize;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 /// The option's name in errors (`--forward` on the command line).
 pub const OPTION: &str = "forward";
-
-/// The framing on the wire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scheme {
-    Udp,
-    Udps,
-    Tcp,
-}
-
-impl Scheme {
-    pub fn parse(text: &str) -> Option<Scheme> {
-        match text.to_ascii_lowercase().as_str() {
-            "udp" => Some(Scheme::Udp),
-            "udps" => Some(Scheme::Udps),
-            "tcp" => Some(Scheme::Tcp),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Scheme::Udp => "udp",
-            Scheme::Udps => "udps",
-            Scheme::Tcp => "tcp",
-        }
-    }
-
-    /// Bytes before each frame on the wire.
-    pub fn prefix(self) -> usize {
-        match self {
-            Scheme::Udps => 8,
-            Scheme::Udp | Scheme::Tcp => 0,
-        }
-    }
-}
 
 /// How fast a destination may be sent to.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -72,9 +35,7 @@ pub enum Pacing {
 pub struct Destination {
     /// As the operator wrote it, for the accounting.
     pub text: String,
-    pub scheme: Scheme,
-    pub host: String,
-    pub addr: SocketAddr,
+    pub endpoint: Endpoint,
     pub transform: TransformSpec,
     pub pacing: Pacing,
 }
@@ -83,40 +44,24 @@ fn bad(why: impl Into<String>) -> ArgError {
     ArgError::new(OPTION, why)
 }
 
-const FORM: &str = "write udp://HOST:PORT, udps://HOST:PORT or tcp://HOST:PORT, \
-    optionally followed by ?threads=0,1&channels=0-15&payload=1024&rate=2Gbps (or ipd=N)";
-
 impl Destination {
     /// Reads `udp://host:port?...`; every problem names `forward` and says what to write.
     pub fn parse(text: &str) -> Result<Destination, ArgError> {
-        let t = text.trim();
-        let Some((scheme, rest)) = t.split_once("://") else {
-            return Err(bad(format!("{text:?} has no scheme: {FORM}")));
-        };
-        let scheme = Scheme::parse(scheme).ok_or_else(|| {
-            bad(format!(
-                "{text:?}: unknown scheme {scheme:?}: use udp (VDIF frames), udps (jive5ab's \
-                 sequence-numbered UDP) or tcp (frames back to back)"
-            ))
-        })?;
-        let (hostport, query) = match rest.split_once('?') {
-            Some((h, q)) => (h, Some(q)),
-            None => (rest, None),
-        };
-        let (host, port) = split_host_port(text, hostport)?;
-        let addr = resolve(text, &host, port)?;
+        let (endpoint, query) = endpoint::parse(OPTION, text, None)?;
         let (transform, pacing) = match query {
             Some(q) => parse_query(text, q)?,
             None => (TransformSpec::default(), Pacing::Free),
         };
         Ok(Destination {
-            text: t.to_string(),
-            scheme,
-            host,
-            addr,
+            text: text.trim().to_string(),
+            endpoint,
             transform,
             pacing,
         })
+    }
+
+    pub fn framing(&self) -> Framing {
+        self.endpoint.framing
     }
 
     /// `scheme://host:port`, without the shaping keys: how the accounting names it.
@@ -126,44 +71,6 @@ impl Destination {
             None => self.text.clone(),
         }
     }
-}
-
-fn split_host_port(text: &str, hostport: &str) -> Result<(String, u16), ArgError> {
-    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-        let (h, p) = v6
-            .split_once("]:")
-            .ok_or_else(|| bad(format!("{text:?}: write an IPv6 host as [::1]:PORT")))?;
-        (h, p)
-    } else {
-        hostport
-            .rsplit_once(':')
-            .ok_or_else(|| bad(format!("{text:?} has no port: {FORM}")))?
-    };
-    if host.is_empty() {
-        return Err(bad(format!("{text:?} has no host: {FORM}")));
-    }
-    let port = match port.parse::<u32>() {
-        Ok(p) if (1..=65535).contains(&p) => p as u16,
-        _ => {
-            return Err(bad(format!(
-                "{text:?}: port {port:?} is out of range: give 1 to 65535"
-            )))
-        }
-    };
-    Ok((host.to_string(), port))
-}
-
-fn resolve(text: &str, host: &str, port: u16) -> Result<SocketAddr, ArgError> {
-    let not_found = |why: String| {
-        bad(format!(
-            "{text:?}: cannot resolve host {host:?} ({why}): give an address or a name this \
-             machine can resolve"
-        ))
-    };
-    let mut addrs = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| not_found(e.to_string()))?;
-    addrs.next().ok_or_else(|| not_found("no address".into()))
 }
 
 fn parse_query(text: &str, query: &str) -> Result<(TransformSpec, Pacing), ArgError> {
@@ -241,17 +148,17 @@ mod tests {
     fn reads_the_three_schemes_and_the_keys() {
         let d = Destination::parse("udps://127.0.0.1:46227?threads=0,1&payload=1024&ipd=2500ns")
             .unwrap();
-        assert_eq!(d.scheme, Scheme::Udps);
-        assert_eq!(d.addr, "127.0.0.1:46227".parse().unwrap());
+        assert_eq!(d.framing(), Framing::Udps);
+        assert_eq!(d.endpoint.addr, "127.0.0.1:46227".parse().unwrap());
         assert_eq!(d.transform.threads, Some(vec![0, 1]));
         assert_eq!(d.transform.payload, Some(1024));
         assert_eq!(d.pacing, Pacing::Gap(Duration::from_nanos(2500)));
         assert_eq!(d.label(), "udps://127.0.0.1:46227");
         let d = Destination::parse("tcp://localhost:2630?rate=2Gbps").unwrap();
-        assert_eq!(d.scheme, Scheme::Tcp);
+        assert_eq!(d.framing(), Framing::Tcp);
         assert_eq!(d.pacing, Pacing::Rate(2e9 / 8.0));
         let d = Destination::parse("udp://[::1]:9000").unwrap();
-        assert!(d.addr.is_ipv6());
+        assert!(d.endpoint.addr.is_ipv6());
         assert_eq!(
             Destination::parse("udp://127.0.0.1:1?ipd=10")
                 .unwrap()
@@ -272,7 +179,7 @@ mod tests {
         assert!(why("127.0.0.1:80").contains("no scheme"));
         assert!(why("udp://127.0.0.1:70000").contains("1 to 65535"));
         assert!(why("udp://127.0.0.1:0").contains("1 to 65535"));
-        assert!(why("udp://127.0.0.1").contains("no port"));
+        assert!(why("udp://127.0.0.1").contains("not HOST:PORT"));
         assert!(why("udp://nowhere.invalid:46227").contains("cannot resolve"));
         assert!(why("udp://127.0.0.1:1?colour=red").contains("unknown key"));
         assert!(why("udp://127.0.0.1:1?rate=fast").contains("rate"));

@@ -216,7 +216,7 @@ impl LinkRun {
         if Instant::now() < conn.next_attempt {
             return;
         }
-        match Wire::connect(&self.dest) {
+        match Wire::connect(&self.dest.endpoint) {
             Ok(mut w) => {
                 w.continue_from(conn.psn);
                 conn.wire = Some(w);

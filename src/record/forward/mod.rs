@@ -16,7 +16,7 @@ mod tests;
 pub mod wire;
 
 pub use account::{ForwardRow, ForwardStats, Link, LinkState};
-pub use destination::{Destination, Pacing, Scheme};
+pub use destination::{Destination, Pacing};
 
 use crate::options::ArgError;
 use crate::record::shared::Shared;
@@ -58,7 +58,7 @@ impl Forwarding {
             id,
             dest.label(),
             dest.text.clone(),
-            dest.scheme.name(),
+            dest.framing().name(),
             enabled,
         ));
         let control = Arc::new(Control::default());

@@ -9,7 +9,7 @@
 //! A TCP frame the kernel took in part is finished (from a copy: the ring may reuse its slot)
 //! before anything else is sent, so the stream stays whole frames.
 
-use crate::record::forward::destination::{Destination, Scheme};
+use crate::endpoint::{Endpoint, Framing};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -45,7 +45,7 @@ pub fn is_gone(e: &io::Error) -> bool {
 
 /// A connected socket in one framing.
 pub struct Wire {
-    scheme: Scheme,
+    framing: Framing,
     socket: Socket,
     /// The next packet sequence number (udps).
     psn: u64,
@@ -63,22 +63,22 @@ unsafe impl Send for Wire {}
 impl Wire {
     /// Connects to `dest` (for UDP: fixes the peer, so that a port with nothing listening is
     /// reported as refused).
-    pub fn connect(dest: &Destination) -> io::Result<Wire> {
+    pub fn connect(dest: &Endpoint) -> io::Result<Wire> {
         let domain = if dest.addr.is_ipv6() {
             Domain::IPV6
         } else {
             Domain::IPV4
         };
         let to = SockAddr::from(dest.addr);
-        let socket = match dest.scheme {
-            Scheme::Udp | Scheme::Udps => {
+        let socket = match dest.framing {
+            Framing::Udp | Framing::Udps => {
                 let s = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
                 let _ = s.set_send_buffer_size(SEND_BUFFER);
                 s.set_write_timeout(Some(WAIT))?;
                 s.connect(&to)?;
                 s
             }
-            Scheme::Tcp => {
+            Framing::Tcp => {
                 let s = Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))?;
                 let _ = s.set_send_buffer_size(SEND_BUFFER);
                 s.set_tcp_nodelay(true)?;
@@ -88,7 +88,7 @@ impl Wire {
             }
         };
         Ok(Wire {
-            scheme: dest.scheme,
+            framing: dest.framing,
             socket,
             psn: 0,
             pending: Vec::new(),
@@ -109,7 +109,7 @@ impl Wire {
 
     /// Bytes on the wire for one frame of `len` bytes.
     pub fn wire_bytes(&self, len: usize) -> usize {
-        len + self.scheme.prefix()
+        len + self.framing.prefix()
     }
 
     /// A TCP frame is half sent: nothing else may go before it.
@@ -122,9 +122,9 @@ impl Wire {
     /// socket stayed full for `WAIT`.
     pub fn send(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
         let frames = &frames[..frames.len().min(MAX_BATCH)];
-        match self.scheme {
-            Scheme::Udp | Scheme::Udps => self.send_datagrams(frames),
-            Scheme::Tcp => self.send_stream(frames),
+        match self.framing {
+            Framing::Udp | Framing::Udps => self.send_datagrams(frames),
+            Framing::Tcp => self.send_stream(frames),
         }
     }
 
@@ -141,7 +141,7 @@ impl Wire {
     }
 
     fn send_datagrams(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
-        let psn = self.scheme == Scheme::Udps;
+        let psn = self.framing == Framing::Udps;
         let per = if psn { 2 } else { 1 };
         self.iov.clear();
         for (i, f) in frames.iter().enumerate() {
@@ -246,7 +246,7 @@ impl Wire {
 
     /// A TCP peer that closed its end is gone even before a write fails.
     pub fn peer_closed(&self) -> bool {
-        if self.scheme != Scheme::Tcp {
+        if self.framing != Framing::Tcp {
             return false;
         }
         let mut pfd = libc::pollfd {
