@@ -11,6 +11,7 @@ expected then follows from what it dropped (conftest.delivered).
 from __future__ import annotations
 
 import http.server
+import json
 import re
 import signal
 import socket
@@ -423,3 +424,93 @@ def test_watch_follows_the_schedule_a_recorder_runs(tmp_path, cleanup) -> None:
     told = [line for line in w.lines if "!!! SCAN NOT OK:" in line]
     assert len(told) == 1 and "scan s1 (VT26A_Ky_s1): NOT OK: frames lost (kernel 1000), frames 249000/250000" in told[0]
     assert sum("!!! SCHEDULE:" in line for line in w.lines) == 1
+
+
+FORWARD = re.compile(
+    r"^\d\d:\d\d:\d\d  (?:(?P<address>\S+)\s+)?fwd(?P<id>\d+) (?P<destination>\S+)  (?P<state>[a-z]+)  "
+    r"frames (?P<frames>\d+)  skipped (?P<skipped>\d+)  (?P<gbps>\d+\.\d\d) Gbit/s  reconnects (?P<reconnects>\d+)"
+    r"(?:  !!! (?P<trouble>.+) !!!|  \((?P<why>.+)\))?$"
+)
+
+
+def test_watch_shows_each_forwarding_destination(cleanup) -> None:
+    # A recorder forwarding to one destination that takes the stream (udps to a socket held
+    # here), one that is down (tcp where nobody listens), one whose shaping does not fit the
+    # stream (a channel it lacks), one paused and one removed.
+    far = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    far.bind(("127.0.0.1", 0))
+    cleanup.append(far.close)
+    up, dead = far.getsockname()[1], free_tcp_port()
+    rec = vdifrec.Recorder(port=0, ring="16MiB", frame_size=8224, fps=2000, status_listen="127.0.0.1:0",
+                           forward=[f"udps://127.0.0.1:{up}", f"tcp://127.0.0.1:{dead}",
+                                    f"udp://127.0.0.1:{up}?channels=99"]).start()
+    cleanup.append(rec.stop)
+    assert rec.address is not None
+    vdifrec.send(rec.address, frames=100, fps=2000, **START)
+    delivered(rec.address, 100, lambda: rec.stats().datagrams)
+    rec.add_forward(f"udp://127.0.0.1:{up}", enabled=False)
+    rec.remove_forward(rec.add_forward(f"udp://127.0.0.1:{up}"))
+    got = rec.stats().frames_received
+    want = {1: ("sending", got, 0), 2: ("down", 0, got), 3: ("refused", 0, 0), 4: ("paused", 0, 0), 5: ("closed", 0, 0)}
+    deadline = time.monotonic() + TIMEOUT
+    while {f.id: (f.state, f.frames, f.skipped) for f in rec.forwards()} != want:
+        assert time.monotonic() < deadline, rec.forwards()
+        time.sleep(0.05)
+
+    # That recorder's /status, as it is now, fed to watch poll after poll (its time since the
+    # last datagram frozen with it: --stalled-after keeps a slow host's wait from a stall line).
+    doc = vdifrec.RemoteStatus(address(rec)).status()
+    forward = {f["id"]: f for f in doc["stats"]["forward"]}
+    assert list(forward) == [1, 2, 3, 4, 5]
+    body = json.dumps(doc).encode()
+    fed = http.server.HTTPServer(("127.0.0.1", 0), type("_Fed", (_NotARecorder,), {"body": body}))
+    threading.Thread(target=fed.serve_forever, daemon=True).start()
+    cleanup += [fed.server_close, fed.shutdown]
+    F = "127.0.0.1:%d" % fed.server_address[1]
+
+    def check(m: re.Match[str]) -> None:
+        f = forward[int(m["id"])]
+        assert (m["destination"], m["state"]) == (f["destination"], f["state"]), m.string
+        assert (int(m["frames"]), int(m["skipped"]), int(m["reconnects"])) == (f["frames"], f["skipped"], f["reconnects"])
+        assert m["gbps"] == f"{f['gbps']:.2f}"
+        # Loud, with the reason, while down or refused; the reason in brackets otherwise.
+        if f["state"] in ("down", "refused"):
+            assert m["trouble"] == f["error"] and f["error"], m.string
+        else:
+            assert m["trouble"] is None and m["why"] == f["error"], m.string
+
+    # One recorder: its line, then a line per destination; the closed one in the first poll only.
+    r = run_cli("watch", F, "--every", "0.2", "--count", "2", "--stalled-after", "1000", timeout=TIMEOUT)
+    assert r.returncode == 0 and r.stderr == "", r
+    lines = r.stdout.splitlines()
+    # (the recorder's line begins "HH:MM:SS  VDIF ...")
+    shape = [f"fwd{m['id']}" if (m := FORWARD.match(ln)) else ln.split()[1] for ln in lines]
+    assert shape == ["VDIF", "fwd1", "fwd2", "fwd3", "fwd4", "fwd5", "VDIF", "fwd1", "fwd2", "fwd3", "fwd4"], r.stdout
+    for m in filter(None, map(FORWARD.match, lines)):
+        assert m["address"] is None
+        check(m)
+    assert "cannot connect" in forward[2]["error"] and "channels" in forward[3]["error"]
+
+    # A station network: each destination's line under its recorder's, naming it; skipped
+    # frames are the forwarding's, not loss of the recording.
+    other = recorder()
+    cleanup.append(other.stop)
+    O = address(other)
+    r = run_cli("watch", F, O, "--every", "0.2", "--count", "2", "--fail-on-loss", "--stalled-after", "1000", timeout=TIMEOUT)
+    assert r.returncode == 0 and r.stderr == "", r
+    lines = r.stdout.splitlines()
+
+    def kind(line: str) -> tuple[str, ...]:
+        if m := ROW.match(line):
+            return ("row", m["address"])
+        if m := FORWARD.match(line):
+            return ("fwd", m["address"], int(m["id"]))
+        return (line,)
+
+    kinds = [kind(ln) for ln in lines]
+    assert kinds == [("row", F), *[("fwd", F, i) for i in range(1, 6)], ("row", O),
+                     ("row", F), *[("fwd", F, i) for i in range(1, 5)], ("row", O),
+                     (lines[-1],)], r.stdout
+    assert lines[-1].endswith("no new loss during the watch (2 recorders, 2 polls)")
+    for m in filter(None, map(FORWARD.match, lines)):
+        check(m)

@@ -61,7 +61,8 @@ class RemoteStatus:
         """The whole ``/status`` document: state, the scan being written (``scan``), its disks
         (``scan_disks``) and how much of it is known to be on disk (``scan_durable``), how full
         the disks are (``disk_fill``, ``disks``), start time, VDIF time, current file, ring
-        fill, rates, the last completed second and every counter (``stats``)."""
+        fill, rates, the last completed second and every counter (``stats``; each forwarding
+        destination's in ``stats["forward"]``)."""
         try:
             doc = json.loads(self._get("/status"))
         except ValueError:
@@ -74,7 +75,8 @@ class RemoteStatus:
         return doc
 
     def stats(self) -> Stats:
-        """The same :class:`vdifrec.Stats` a local ``Recorder.stats()`` gives."""
+        """The same :class:`vdifrec.Stats` a local ``Recorder.stats()`` gives (its ``forward``:
+        each forwarding destination's :class:`vdifrec.ForwardStats`)."""
         return Stats.from_dict(self.status()["stats"])
 
     def metrics(self) -> str:

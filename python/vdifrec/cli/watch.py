@@ -20,6 +20,15 @@ recording and how far through its window it is, or the next scan and how long un
 result, and a loud one of a scan not OK or missed, and of each new schedule warning (a stream
 not in the schedule's mode, a clock off).
 
+Where the recorder forwards the stream (e-VLBI: --forward, mem2net), a line follows its own for
+each destination, with the time (and the recorder, for several):
+
+  HH:MM:SS  fwdID SCHEME://HOST:PORT  STATE  frames N  skipped N  R.RR Gbit/s  reconnects N
+
+loud, with the reason, while the destination is down or refused; a destination that has closed
+(removed, disconnected, the recording ended) has its line once, with its last counts. Skipped
+frames are the forwarding's, never loss of the recording: --fail-on-loss does not count them.
+
 Either way, a loud line tells of new loss (by cause), of a stream that stopped, of a recorder
 that does not answer or that was restarted. --count bounds the polls; Ctrl-C or SIGTERM ends
 the watch. With --fail-on-loss the last line sums up the loss that appeared during the watch,
@@ -36,6 +45,7 @@ import urllib.parse
 from typing import Any, TextIO
 
 from ..remote import RemoteStatuses
+from ..reports import ForwardStats
 from .args import UsageError, positive, sigterm_as_interrupt
 
 #: The causes of loss, as /metrics labels them (vdifrec_frames_lost_total{cause=...}).
@@ -43,6 +53,9 @@ CAUSES = ("network", "kernel", "ring", "malformed")
 #: /status's name of the scan being written and fill (0..1) of the fullest disk; null when
 #: there is none (no scan; monitoring), shown as `-`.
 SCAN_FIELD, DISK_FILL_FIELD = "scan", "disk_fill"
+#: The states of a forwarding destination that need the operator, shown loudly: it went away
+#: (retried), or its shaping does not fit the stream (nothing is sent there).
+FORWARD_TROUBLE = ("down", "refused")
 
 
 def add_watch(sub: Any) -> None:
@@ -116,6 +129,8 @@ class _Watched:
         """The schedule's finished scans already told of (None before the first answer)."""
         self.warnings_told: set[str] | None = None
         """The schedule's warnings already told of."""
+        self.closed_told: set[int] = set()
+        """The forwarding destinations (ids) of this run whose closing was shown."""
 
     def schedule_news(self, doc: dict[str, Any], now: str, at: str, out: TextIO) -> list[str]:
         """Lines for the scans that finished and the warnings that appeared since the last
@@ -156,6 +171,7 @@ class _Watched:
             # Everything a run begun during the watch lost, it lost during the watch.
             self.earlier = self.new_loss()
             self.baseline = self.previous = dict.fromkeys(CAUSES, 0)
+            self.closed_told = set()  # a new run numbers its destinations afresh
         elif self.baseline is None:
             self.baseline = causes
         new = None if self.previous is None else {k: causes[k] - self.previous[k] for k in CAUSES}
@@ -218,6 +234,26 @@ def _network_line(now: str, address: str, width: int, doc: dict[str, Any], cause
             f"lost {lost}  disk {disk}" + (f"  {_schedule(doc).strip()}" if doc.get("observation") else ""))
 
 
+def _forward_lines(doc: dict[str, Any], who: str, w: _Watched, out: TextIO) -> list[str]:
+    """A line per forwarding destination in /status's `stats.forward` (none without): its
+    state, input frames sent on and skipped, its rate on the wire and its reconnections, loud
+    with the reason while it is down or refused. `who` starts each line (the time, and the
+    recorder for several). A closed destination has its line once, its last counts."""
+    lines: list[str] = []
+    for f in (ForwardStats.from_dict(d) for d in doc["stats"].get("forward", [])):
+        if f.state == "closed":
+            if f.id in w.closed_told:
+                continue
+            w.closed_told.add(f.id)
+        line = (f"{who}  fwd{f.id} {f.destination}  {f.state}  frames {f.frames}  skipped {f.skipped}  "
+                f"{f.gbps:.2f} Gbit/s  reconnects {f.reconnects}")
+        if f.state in FORWARD_TROUBLE:
+            lines.append(_loud(f"{line}  !!! {f.error or f.state} !!!", out))
+        else:
+            lines.append(f"{line}  ({f.error})" if f.error else line)
+    return lines
+
+
 def _summary(now: str, watched: list[_Watched], polls: int, out: TextIO) -> tuple[str, int]:
     """--fail-on-loss's last line and exit status."""
     lossy = [(w.address, w.new_loss()) for w in watched if any(w.new_loss().values())]
@@ -269,6 +305,8 @@ def run_watch(a: argparse.Namespace, out: TextIO | None = None) -> int:
                         continue
                     causes, new, restarted = w.answered(doc)
                     say(_network_line(now, w.address, width, doc, causes) if network else _classic_line(now, doc, causes))
+                    for line in _forward_lines(doc, f"{now}  {w.address:<{width}}" if network else now, w, out):
+                        say(line)
                     if w.silent:
                         alerts.append(f"{now} {w.address} answers again, after {w.silent} poll{'s' * (w.silent > 1)} without an answer")
                         w.silent = 0

@@ -118,20 +118,28 @@ fn parse_query(text: &str, query: &str) -> Result<(TransformSpec, Pacing), ArgEr
     Ok((spec, pacing))
 }
 
-/// jive5ab's inter-packet delay: microseconds, or nanoseconds with `ns`; 0 or less is none.
+/// jive5ab's inter-packet delay: microseconds (`10`, `1.5`, `10us`, `10u`), or nanoseconds
+/// with `ns` or `n`; 0 or less is none.
 pub fn parse_ipd(value: &str) -> Result<Pacing, String> {
     let v = value.trim();
-    let (num, scale) = match v.strip_suffix("ns") {
-        Some(n) => (n, 1u64),
-        None => (v.strip_suffix("us").unwrap_or(v), 1000u64),
+    let (num, scale) = if let Some(n) = v.strip_suffix("ns").or_else(|| v.strip_suffix('n')) {
+        (n, 1e-9)
+    } else {
+        let n = v.strip_suffix("us").or_else(|| v.strip_suffix('u'));
+        (n.unwrap_or(v), 1e-6)
     };
-    let n: i64 = num.trim().parse().map_err(|_| {
-        format!("ipd={value}: give microseconds (ipd=10) or nanoseconds (ipd=2500ns)")
-    })?;
-    if n <= 0 {
+    let n: f64 = num
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && n.abs() < 1e7)
+        .ok_or_else(|| {
+            format!("ipd={value}: give microseconds (ipd=10, ipd=1.5) or nanoseconds (ipd=2500ns)")
+        })?;
+    if n <= 0.0 {
         return Ok(Pacing::Free);
     }
-    Ok(Pacing::Gap(Duration::from_nanos(n as u64 * scale)))
+    Ok(Pacing::Gap(Duration::from_secs_f64(n * scale)))
 }
 
 #[cfg(test)]
@@ -170,6 +178,18 @@ mod tests {
                 .unwrap()
                 .pacing,
             Pacing::Free
+        );
+        assert_eq!(
+            Destination::parse("udp://127.0.0.1:1?ipd=1.5")
+                .unwrap()
+                .pacing,
+            Pacing::Gap(Duration::from_nanos(1500))
+        );
+        assert_eq!(
+            Destination::parse("udp://127.0.0.1:1?ipd=2500n")
+                .unwrap()
+                .pacing,
+            Pacing::Gap(Duration::from_nanos(2500))
         );
     }
 

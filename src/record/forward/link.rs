@@ -6,7 +6,8 @@
 //! the stream, a pacing cap below the stream's rate), it skips ahead to a quarter ring behind
 //! the newest frame, by whole frames, and counts what it passed over; the ring is never
 //! lapped under a batch being sent (that would be counted as `torn`). A destination that goes
-//! away is retried with a backoff of 0.1 s doubling to 5 s, its frames skipped meanwhile;
+//! away is retried with a backoff of 0.1 s doubling to 5 s (back to 0.1 s once a connection
+//! has lasted 10 s), its frames skipped meanwhile;
 //! a pause (`mem2net=off`) follows the newest frame without counting.
 
 use crate::record::forward::account::{Link, LinkState};
@@ -74,8 +75,15 @@ struct Connection {
     ever_connected: bool,
     next_attempt: Instant,
     backoff: Duration,
+    /// When the connection was made: the backoff starts again from its first step only once
+    /// a connection has lasted `STEADY` (a UDP "connection" is always made at once, and a
+    /// port with nobody listening refuses only the datagrams after it).
+    since: Instant,
     psn: u64,
 }
+
+/// How long a connection must last before the backoff is reset.
+const STEADY: Duration = Duration::from_secs(10);
 
 impl LinkRun {
     pub fn run(self) {
@@ -87,6 +95,7 @@ impl LinkRun {
             ever_connected: false,
             next_attempt: Instant::now(),
             backoff: BACKOFF_FIRST,
+            since: Instant::now(),
             psn: first_psn(),
         };
         let mut pacer = Pacer::new(self.dest.pacing);
@@ -206,6 +215,9 @@ impl LinkRun {
     fn keep_connected(&self, conn: &mut Connection) {
         let link = &self.link;
         if let Some(w) = &conn.wire {
+            if conn.since.elapsed() >= STEADY {
+                conn.backoff = BACKOFF_FIRST;
+            }
             if w.peer_closed() {
                 conn.psn = w.next_psn();
                 conn.wire = None;
@@ -224,7 +236,7 @@ impl LinkRun {
                     link.counters.reconnects.fetch_add(1, Ordering::Relaxed);
                 }
                 conn.ever_connected = true;
-                conn.backoff = BACKOFF_FIRST;
+                conn.since = Instant::now();
                 let state = if link.enabled.load(Ordering::Acquire) {
                     LinkState::Sending
                 } else {

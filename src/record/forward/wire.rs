@@ -1,7 +1,7 @@
 //! The socket a destination is sent on, in its framing: whole frames in, on the wire as
 //! `udp` (a datagram per frame), `udps` (a datagram per frame after a 64-bit little-endian
-//! packet sequence number, counting datagrams from 0 as jive5ab's `udps` does) or `tcp`
-//! (frames back to back).
+//! packet sequence number, one more for each datagram, as jive5ab's `udps` counts; where it
+//! starts is the caller's) or `tcp` (frames back to back).
 //!
 //! A send never blocks for long: UDP sends wait at most `WAIT` for room in the socket buffer,
 //! TCP is non-blocking and waits at most `WAIT` for the peer to read. What the kernel did not
