@@ -1,0 +1,172 @@
+"""Forwarding the stream live while recording it (e-VLBI), through the Python API and the
+command line: what reaches the far end is the recording, frame for frame; a slow or absent
+destination costs the recording nothing; every destination is accounted for."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import delivered, frames_of, left_out, read_until, run_cli
+
+import vdifrec
+
+pytestmark = pytest.mark.network
+
+FS = 8224
+
+
+def test_the_forwarded_streams_are_the_recording_frame_for_frame(tmp_path: Path) -> None:
+    # Two far ends: plain udp, and udps counted by its packet sequence numbers.
+    far_udp = vdifrec.Recorder(port=0, path=tmp_path / "far_udp.vdif", ring="64MiB", frame_size=FS).start()
+    far_udps = vdifrec.Recorder(port=0, path=tmp_path / "far_udps.vdif", ring="64MiB", frame_size=FS,
+                                psn=True, offset=8).start()
+    assert far_udp.address and far_udps.address
+    near = vdifrec.Recorder(port=0, path=tmp_path / "near.vdif", ring="64MiB", frame_size=FS,
+                            forward=[f"udp://127.0.0.1:{far_udp.address[1]}", f"udps://127.0.0.1:{far_udps.address[1]}"])
+    near.start()
+    assert near.address
+    sent = vdifrec.send(near.address, frames=6000, fps=2000, record_sent=tmp_path / "sent.vdif")
+    assert sent["frames_sent"] == 6000
+    at_near = delivered(near.address, 6000, taken=lambda: near.stats().frames_received)
+    summary = near.stop()
+    assert summary.ok
+    # The local recording: what was sent, less what this host's kernel dropped.
+    sent_frames = frames_of(tmp_path / "sent.vdif")
+    near_frames = frames_of(tmp_path / "near.vdif")
+    assert len(left_out(sent_frames, near_frames)) == at_near.kernel_drops
+    fwd = {f.destination.split(":")[0]: f for f in summary.forward}
+    assert set(fwd) == {"udp", "udps"}
+    for f in summary.forward:
+        # Every frame recorded went on, none skipped, none overwritten under the forwarder.
+        assert (f.frames, f.skipped, f.torn, f.refused) == (summary.frames_received, 0, 0, 0), f
+        assert f.frames_out == f.frames
+        assert f.bytes == f.frames * (FS + (8 if f.scheme == "udps" else 0))
+        assert f.state == "closed" and f.error is None
+    # Each far end holds exactly the near recording, less its own kernel's drops.
+    for far, name in ((far_udp, "far_udp"), (far_udps, "far_udps")):
+        assert far.address
+        at_far = delivered(far.address, summary.frames_received, taken=lambda far=far: far.stats().frames_received)
+        s = far.stop()
+        missing = left_out(near_frames, frames_of(tmp_path / f"{name}.vdif"))
+        assert len(missing) == at_far.kernel_drops, name
+        if name == "far_udps":
+            # One sequence number per datagram, in order: a gap only where the kernel dropped one.
+            assert s.psn_out_of_order == 0
+            assert s.psn_lost == at_far.kernel_drops
+    # The rows say, second by second, what went on; together, no more than all of it.
+    per_row = [f for row in summary.seconds for f in row.forward if f.destination.startswith("udp:")]
+    assert per_row and sum(f.frames for f in per_row) <= summary.frames_received
+    assert all(f.skipped == 0 for f in per_row)
+
+
+def test_a_dropped_datagram_is_one_gap_in_the_far_ends_sequence(tmp_path: Path) -> None:
+    far = vdifrec.Recorder(port=0, ring="32MiB", frame_size=FS, psn=True, offset=8).start()
+    assert far.address
+    s = vdifrec.send(f"udps://127.0.0.1:{far.address[1]}", frames=3000, fps=2000, drop="0:100-100")
+    assert (s["frames_sent"], s["frames_dropped"]) == (2999, 1)
+    at_far = delivered(far.address, 2999, taken=lambda: far.stats().frames_received)
+    summary = far.stop()
+    assert summary.psn_lost == 1 + at_far.kernel_drops
+    assert summary.psn_out_of_order == 0
+    assert summary.frames_lost == 1 + at_far.kernel_drops
+
+
+class SlowReader:
+    """A TCP destination slower than the stream: reads `per_read` bytes every `pause` s."""
+
+    def __init__(self, per_read: int, pause: float) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(1)
+        self.listener.settimeout(20)
+        self.port = self.listener.getsockname()[1]
+        self.data = bytearray()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, args=(per_read, pause), daemon=True)
+        self.thread.start()
+
+    def run(self, per_read: int, pause: float) -> None:
+        conn, _ = self.listener.accept()
+        conn.settimeout(0.5)
+        deadline = time.monotonic() + 60
+        with conn:
+            while not self.stop.is_set() and time.monotonic() < deadline:
+                try:
+                    got = conn.recv(per_read)
+                except TimeoutError:
+                    continue
+                if not got:
+                    break
+                self.data += got
+                time.sleep(pause)
+
+    def close(self) -> bytes:
+        self.stop.set()
+        self.thread.join(10)
+        self.listener.close()
+        return bytes(self.data)
+
+
+def test_a_slow_tcp_destination_skips_whole_frames_and_the_recording_is_whole(tmp_path: Path) -> None:
+    reader = SlowReader(per_read=32768, pause=0.05)  # about 0.6 MB/s against 33 MB/s
+    out, summary_json = tmp_path / "near.vdif", tmp_path / "summary.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vdifrec.cli", "record", "--port=0", f"--out={out}", "--ring=16MiB",
+         "--frame-size=8224", f"--forward=tcp://127.0.0.1:{reader.port}", f"--summary-json={summary_json}", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(read_until(proc, r"listening on [\d.]+:(\d+)")[0][1])
+        vdifrec.send(("127.0.0.1", port), frames=12000, fps=4000, record_sent=tmp_path / "sent.vdif")
+        at_near = delivered(("127.0.0.1", port), 12000)
+    finally:
+        proc.send_signal(2)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    got = reader.close()
+    summary = json.loads(summary_json.read_text())
+    sent = frames_of(tmp_path / "sent.vdif")
+    assert len(left_out(sent, frames_of(out))) == at_near.kernel_drops
+    f = summary["forward"][0]
+    # Frames went on or were skipped, whole, and none was taken from the recording.
+    assert f["skipped"] > 0 and f["frames"] > 0 and f["torn"] == 0
+    assert f["frames"] + f["skipped"] == summary["frames_received"]
+    assert sum(row["forward"][0]["skipped"] for row in summary["seconds"] if row.get("forward")) > 0
+    # What arrived is whole frames, each one that was sent, in the order sent (the last one
+    # may be cut short where the reader stopped reading).
+    arrived = np.frombuffer(got[: len(got) // FS * FS], np.uint8).reshape(-1, FS)
+    assert len(arrived) > 0
+    left_out(sent, arrived)
+
+
+def test_a_destination_the_stream_does_not_fit_is_refused_and_record_exits_2(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        far_port = s.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vdifrec.cli", "record", "--port=0", "--no-write", "--ring=32MiB", "--quiet",
+             f"--forward=udp://127.0.0.1:{far_port}?channels=99", "--duration=4"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        port = int(read_until(proc, r"listening on [\d.]+:(\d+)")[0][1])
+        vdifrec.send(("127.0.0.1", port), frames=2000, fps=2000, nchan=16)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, (out, err)
+    assert "--forward udp://127.0.0.1" in err and "channels" in err and "the recording is intact" in err
+    assert "refused" in out
+
+
+def test_bad_destinations_are_refused_before_anything_starts() -> None:
+    for dest, says in (("udp://nowhere.invalid:46227", "cannot resolve host"), ("udp://127.0.0.1:65536", "1 to 65535"),
+                       ("sctp://127.0.0.1:46227", "unknown scheme"), ("udp://127.0.0.1:46227?channels=x", "channels")):
+        r = run_cli("record", "--port=0", "--no-write", "--duration=1", f"--forward={dest}", timeout=60)
+        assert r.returncode == 2, (dest, r.stderr)
+        assert r.stderr.count("\n") == 1 and "--forward" in r.stderr and says in r.stderr, r.stderr
+        with pytest.raises(vdifrec.ArgumentError, match="^forward: "):
+            vdifrec.Recorder(port=0, forward=[dest])
