@@ -170,3 +170,24 @@ def test_bad_destinations_are_refused_before_anything_starts() -> None:
         assert r.stderr.count("\n") == 1 and "--forward" in r.stderr and says in r.stderr, r.stderr
         with pytest.raises(vdifrec.ArgumentError, match="^forward: "):
             vdifrec.Recorder(port=0, forward=[dest])
+
+
+@pytest.mark.parametrize("pace", ["rate=40Mbps", "ipd=1000"])
+def test_a_paced_destination_never_goes_faster_than_its_cap(pace: str) -> None:
+    far = vdifrec.Recorder(port=0, ring="32MiB", frame_size=FS).start()
+    assert far.address
+    near = vdifrec.Recorder(port=0, ring="32MiB", frame_size=FS, forward=[f"udp://127.0.0.1:{far.address[1]}?{pace}"])
+    near.start()
+    assert near.address
+    t0 = time.monotonic()
+    vdifrec.send(near.address, frames=6000, fps=2000)  # 16.4 MB/s for 3 s
+    delivered(near.address, 6000, taken=lambda: near.stats().frames_received)
+    summary = near.stop()
+    f = summary.forward[0]
+    elapsed = time.monotonic() - t0
+    far.stop()
+    # The cap is 5 MB/s of datagrams, or one datagram a millisecond: about a third of the
+    # stream (or half) goes on, the rest is skipped, whole frames each.
+    most = 5e6 * elapsed if pace.startswith("rate") else 1000 * elapsed * FS
+    assert 0 < f.bytes <= most + 16 * FS, (f, elapsed)
+    assert f.skipped > 0 and f.frames + f.skipped == summary.frames_received, f
