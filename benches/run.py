@@ -53,9 +53,13 @@ TINY = {
     "BENCH_OBSERVE_SCAN_SECONDS": "0.5",
     "BENCH_OBSERVE_RUNS": "1",
     "BENCH_OBSERVE_RING": "256MiB",
+    "BENCH_FORWARD_SECONDS": "1",
+    "BENCH_FORWARD_FPS": "10000",
+    "BENCH_FORWARD_REPEATS": "1",
+    "BENCH_FORWARD_RING": "256MiB",
 }
 
-BENCHES = ["decode", "spectrum", "monitor", "status", "live", "backends", "record", "scans", "vsi", "dask", "push", "observe"]
+BENCHES = ["decode", "spectrum", "monitor", "status", "live", "backends", "record", "scans", "vsi", "dask", "push", "observe", "forward"]
 
 
 def main(argv: list[str]) -> int:
