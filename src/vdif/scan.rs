@@ -969,15 +969,14 @@ fn last_header(
         })
 }
 
-/// Opens scan `name` for reading samples, refusing one with a gap (the error names the
-/// missing parts, the time they leave out and what to do); read to the last whole frame of
-/// each part, with the torn pieces left out.
-pub fn open_scan(
+/// Scan `name`'s frames, its parts in order, each read to its last whole frame (the torn
+/// pieces are in the layout's `torn`), refusing a scan with a gap (the error names the missing
+/// parts, the time they leave out and what to do) or with no whole frame.
+pub fn scan_frames(
     name: &str,
     disks: &[PathBuf],
     format: Option<Format>,
-    sample_rate: Option<f64>,
-) -> Result<(VdifFile, Vec<TornPiece>), ScanError> {
+) -> Result<(ScanLayout, FrameStore), ScanError> {
     let scan = ScanLayout::locate(name, disks, format)?;
     scan.require_complete()?;
     if scan.bytes() == 0 {
@@ -987,6 +986,18 @@ pub fn open_scan(
         });
     }
     let frames = scan.map()?;
+    Ok((scan, frames))
+}
+
+/// Opens scan `name` for reading samples, as `scan_frames` reads it; with the torn pieces
+/// left out.
+pub fn open_scan(
+    name: &str,
+    disks: &[PathBuf],
+    format: Option<Format>,
+    sample_rate: Option<f64>,
+) -> Result<(VdifFile, Vec<TornPiece>), ScanError> {
+    let (scan, frames) = scan_frames(name, disks, format)?;
     let file = VdifFile::from_frames(PathBuf::from(scan.label()), frames, sample_rate)?;
     Ok((file, scan.torn))
 }
