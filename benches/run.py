@@ -18,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 #: Every benchmark's sizes and lengths at their smallest (see each benchmark for what they mean).
 TINY = {
     "BENCH_DECODE_FRAMES": "500",
+    "BENCH_CORNERTURN_FRAMES": "512",
+    "BENCH_CORNERTURN_REPEATS": "1",
     "BENCH_SPECTRUM_GB": "0.02",
     "BENCH_MONITOR_SECONDS": "0.5",
     "BENCH_STATUS_SECONDS": "0.5",
@@ -59,7 +61,7 @@ TINY = {
     "BENCH_FORWARD_RING": "256MiB",
 }
 
-BENCHES = ["decode", "spectrum", "monitor", "status", "live", "backends", "record", "scans", "vsi", "dask", "push", "observe", "forward"]
+BENCHES = ["decode", "cornerturn", "spectrum", "monitor", "status", "live", "backends", "record", "scans", "vsi", "dask", "push", "observe", "forward"]
 
 
 def main(argv: list[str]) -> int:

@@ -69,6 +69,8 @@ VALID: dict[str, dict[str, tuple[str, ...]]] = {
     "scans": {"--disk": ("--disk={tmp}",)},
     # No scan s on {tmp}: only a bad option's own error can come first.
     "gather": {"scan": ("s",), "--disk": ("--disk={tmp}",), "-o": ("-o", "{tmp}/gathered.vdif")},
+    # The sample: one thread of 4 channels x 2 bits, 8192-byte payloads.
+    "convert": {"IN": ("{sample}",), "OUT": ("{tmp}/converted.vdif",)},
     # --duration stops whatever would wrongly start; nothing waits for traffic.
     "record": {"--port": ("--port=0",), "--no-write": ("--no-write",), "--duration": ("--duration=1",), "--ring": ("--ring=32MiB",)},
     "monitor": {"port": ("0",), "--duration": ("--duration=1",), "--ring": ("--ring=32MiB",)},
@@ -179,6 +181,29 @@ def _cases() -> list[Case]:
     flag("gather", "--format", {"vdif": "choose from"})
     c("gather", "-o", "-o", f"{nodir}/x.vdif", allowed="not a folder")
     c("gather", "-o", "-o", "", allowed=EMPTY)
+    # -- convert: every option checked against the stream before anything is written. IN comes
+    # before OUT, so its cases give both.
+    into = {"without": ("{tmp}/converted.vdif",)}
+    c("convert", "IN", "", "{tmp}/converted.vdif", allowed=EMPTY, **into)
+    c("convert", "IN", "{tmp}/nope.vdif", "{tmp}/converted.vdif", allowed="No such file", names="{tmp}/nope.vdif", **into)
+    c("convert", "IN", "nosuchscan", "{tmp}/converted.vdif", "--disk={tmp}", allowed="check the name",
+      names="no scan nosuchscan", **into)
+    c("convert", "OUT", "", allowed=EMPTY)
+    c("convert", "OUT", f"{nodir}/x.vdif", allowed="not a folder")
+    c("convert", "OUT", "{tmp}", allowed="is a folder")
+    c("convert", "OUT", "{tmp}/exists.vdif", allowed="--force", names="{tmp}/exists.vdif")
+    c("convert", "OUT", "{sample}", "--force", allowed="is the input")
+    flag("convert", "--threads", {"1": "its threads are 0", "1024": "0 to 1023", "abc": "such as 0-3,7",
+                                  "": "such as 0-3,7", "3-1": "runs upwards", "0,0": "listed twice"})
+    flag("convert", "--channels", {"4": "the stream has 4 channels", "0-99": "numbered 0 to 3", "-1": "such as 0-3,7",
+                                   "x": "such as 0-3,7"})
+    flag("convert", "--payload", {"1000": "such as 256, 512, 1024, 2048", "12": "whole 8-byte units",
+                                  "16384": "more than the 8192 bytes", "0": "positive multiple of 8",
+                                  "-8": "positive multiple of 8", "1KiB": WHOLE})
+    c("convert", "--payload", "--channels=0", "--payload=4096", allowed="divides 2048")
+    c("convert", "--disk", f"--disk={nothing}", allowed="matches no directory")
+    c("convert", "--disk", f"--disk={nodir}", allowed="not a directory")
+    flag("convert", "--format", {"vdif": "choose from", "vbs": "applies to a scan"})
 
     # -- info
     c("info", "file", "", allowed=EMPTY)

@@ -191,3 +191,51 @@ def test_a_paced_destination_never_goes_faster_than_its_cap(pace: str) -> None:
     most = 5e6 * elapsed if pace.startswith("rate") else 1000 * elapsed * FS
     assert 0 < f.bytes <= most + 16 * FS, (f, elapsed)
     assert f.skipped > 0 and f.frames + f.skipped == summary.frames_received, f
+
+
+def test_a_corner_turned_and_reframed_stream_is_the_input_channels_sample_for_sample(tmp_path: Path) -> None:
+    import io
+
+    from baseband.vdif import VDIFFrame
+
+    # 4 channels of 2 bits in 8192-byte payloads; channels 1 and 3 go on as threads 1 and 3
+    # (thread 0 x 4 channels + channel), each 2048 bytes a frame, re-framed to 512: every
+    # input frame becomes 2 x 4 frames of 544 bytes, frame numbers 4 f + i.
+    far = vdifrec.Recorder(port=0, path=tmp_path / "far.vdif", ring="32MiB", frame_size=544).start()
+    assert far.address
+    near = vdifrec.Recorder(port=0, path=tmp_path / "near.vdif", ring="32MiB", frame_size=FS,
+                            forward=[f"udp://127.0.0.1:{far.address[1]}?channels=1,3&payload=512"])
+    near.start()
+    assert near.address
+    vdifrec.send(near.address, frames=2000, fps=1000, nchan=4, bits=2)
+    delivered(near.address, 2000, taken=lambda: near.stats().frames_received)
+    summary = near.stop()
+    f = summary.forward[0]
+    assert (f.frames, f.frames_out, f.skipped, f.refused) == (summary.frames_received, 8 * summary.frames_received, 0, 0)
+    at_far = delivered(far.address, f.frames_out, taken=lambda: far.stats().frames_received)
+    far_summary = far.stop()
+    assert far_summary.frames_received == f.frames_out - at_far.kernel_drops
+    # Each input frame by (seconds, frame number), decoded by baseband.
+    near_raw = (tmp_path / "near.vdif").read_bytes()
+    inputs = {}
+    for k in range(len(near_raw) // FS):
+        frame = VDIFFrame.fromfile(io.BytesIO(near_raw[k * FS:(k + 1) * FS]))
+        inputs[(frame.header["seconds"], frame.header["frame_nr"])] = frame.data
+    far_raw = (tmp_path / "far.vdif").read_bytes()
+    assert len(far_raw) % 544 == 0
+    seen = 0
+    for k in range(len(far_raw) // 544):
+        out = VDIFFrame.fromfile(io.BytesIO(far_raw[k * 544:(k + 1) * 544]))
+        h = out.header
+        assert (h.nchan, h.bps, h.edv, h.frame_nbytes) == (1, 2, 0, 544)
+        assert h["thread_id"] in (1, 3)
+        data = inputs[(h["seconds"], h["frame_nr"] // 4)]
+        part = h["frame_nr"] % 4
+        n = 512 * 8 // 2
+        assert np.array_equal(out.data[:, 0], data[part * n:(part + 1) * n, h["thread_id"]])
+        seen += 1
+    assert seen == far_summary.frames_received
+    # Its headers are a valid stream: 2 threads at 4 x 1000 frames/s, nothing invalid.
+    report = json.loads(run_cli("check", str(tmp_path / "far.vdif"), "--json").stdout)
+    assert report["threads"] == [1, 3] and report["frames_per_second"] == 4000
+    assert report["totals"]["invalid"] == 0 and report["totals"]["lost"] == at_far.kernel_drops

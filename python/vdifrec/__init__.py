@@ -30,6 +30,7 @@ from .analysis.check import check
 from .analysis.fringe import Fringe, fringe
 from .analysis.spectrum import Spectrum, spectrum
 from .analysis.tones import Tone, find_tones
+from .convert import convert
 from .live import LiveLook
 from .reader import Reader, decode, open
 from .observing import ScanResult, SessionSummary, observe
@@ -117,6 +118,7 @@ __all__ = [
     "__version__",
     "bstate",
     "check",
+    "convert",
     "decode",
     "defaults",
     "find_tones",

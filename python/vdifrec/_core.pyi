@@ -1,5 +1,6 @@
 """Type stubs for the Rust extension ``vdifrec._core`` (private: use the ``vdifrec`` package)."""
 
+from collections.abc import Sequence
 from os import PathLike
 from typing import Any, TypedDict, final
 
@@ -33,6 +34,8 @@ __all__ = [
     "check",
     "check_scan",
     "check_push_destination",
+    "convert",
+    "corner_turn",
     "cross_frames",
     "decode_payloads",
     "defaults",
@@ -585,6 +588,24 @@ def gather(name: str, disks: list[str], out: str, format: str | None = None, all
     """Writes scan ``name``'s frames in order into the new file ``out``; the report as JSON."""
 def repair(name: str, disks: list[str], format: str | None = None) -> str:
     """Cuts scan ``name``'s torn pieces back to whole frames; the report as JSON."""
+def convert(
+    path: str,
+    out: str | PathLike[str],
+    threads: str | Sequence[int] | None = None,
+    channels: str | Sequence[int] | None = None,
+    payload: int | None = None,
+    disks: list[str] | None = None,
+    format: str | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Writes the file ``path`` (with ``disks``: the scan of that name) into the new file ``out``,
+    its threads kept, channels corner-turned into single-channel threads, frames cut to
+    ``payload`` bytes; the report. ArgumentError names a bad option."""
+def corner_turn(
+    frames: npt.NDArray[np.uint8], channels: list[int], out: npt.NDArray[np.uint8] | None = None
+) -> npt.NDArray[np.uint8]:
+    """The single-channel frames of ``channels`` made from ``frames`` (whole frames, flat), as
+    ``convert`` makes them: a new array, or ``out`` (exactly the output's size) filled."""
 def generate(path: str | PathLike[str], options: GenerateOptions) -> Header:
     """Writes a synthetic recording; the header of its first frame."""
 def parse_size_arg(name: str, text: str) -> int: ...

@@ -13,6 +13,7 @@ use crate::sources::generate::GenerateError;
 use crate::sources::replay::ReplayError;
 use crate::sources::sender::SendError;
 use crate::transfer::TransferError as CoreTransferError;
+use crate::vdif::convert::ConvertError;
 use crate::vdif::decode::DecodeError;
 use crate::vdif::file::FileError;
 use crate::vdif::gather::GatherError;
@@ -240,6 +241,20 @@ pub fn gather_err(e: GatherError) -> PyErr {
             ref source,
         } => io_err(source, e.to_string(), path),
         GatherError::Read { .. } => PyOSError::new_err(e.to_string()),
+    }
+}
+
+pub fn convert_err(e: ConvertError) -> PyErr {
+    match e {
+        ConvertError::BadArgument(a) => arg_err(a),
+        ConvertError::File(f) => file_err(f),
+        ConvertError::Scan(s) => scan_err(s),
+        ConvertError::Exists(_) => PyFileExistsError::new_err(e.to_string()),
+        ConvertError::Frame { .. } => FormatError::new_err(e.to_string()),
+        ConvertError::Write {
+            ref path,
+            ref source,
+        } => io_err(source, e.to_string(), path),
     }
 }
 

@@ -2,6 +2,8 @@
 //!
 //! - `header`: a VDIF header; `file`: the file reader and decoding (`vdif`);
 //! - `scan`: scans on several disks, listed and gathered (`vdif::scan`, `vdif::gather`);
+//! - `convert`: a stream's threads kept, channels corner-turned, frames cut (`vdif::transform`,
+//!   `vdif::convert`);
 //! - `recorder`: the recorder and its views of the ring (`record`);
 //! - `spectrum` (and tones), `fringe`, `bstate`, `check`: the analyses (`analysis`), one
 //!   file each;
@@ -17,6 +19,7 @@
 mod baseline;
 mod bstate;
 mod check;
+mod convert;
 mod doctor;
 mod errors;
 mod file;
@@ -104,6 +107,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     bstate::register(m)?;
     check::register(m)?;
     scan::register(m)?;
+    convert::register(m)?;
     transfer::register(m)?;
     #[cfg(feature = "bench")]
     baseline::register(m)?;

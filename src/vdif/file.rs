@@ -103,41 +103,7 @@ impl VdifFile {
     pub fn open(path: impl AsRef<Path>, sample_rate: Option<f64>) -> Result<VdifFile, FileError> {
         let path = path.as_ref().to_path_buf();
         check_sample_rate(sample_rate)?;
-        let file = File::open(&path).map_err(|source| FileError::Open {
-            path: path.clone(),
-            source,
-        })?;
-        let len = file
-            .metadata()
-            .map_err(|source| FileError::Open {
-                path: path.clone(),
-                source,
-            })?
-            .len();
-        if len == 0 {
-            return Err(FileError::Empty { path });
-        }
-        // SAFETY: the map is read-only; a recording that another process truncates while it is
-        // open would fault, which is the documented risk of reading files by mmap.
-        let map = unsafe { Mmap::map(&file) }.map_err(|source| FileError::Open {
-            path: path.clone(),
-            source,
-        })?;
-        let header0 = Header::parse(&map).map_err(|source| FileError::FirstHeader {
-            path: path.clone(),
-            source,
-        })?;
-        let frame_size = header0.frame_size();
-        if map.len() < frame_size {
-            return Err(FileError::TooShort {
-                path,
-                bytes: map.len(),
-                needed: frame_size,
-                threads: 1,
-                frame_size,
-            });
-        }
-        let frames = FrameStore::file(&path, map, frame_size);
+        let frames = map_file(&path)?;
         VdifFile::from_frames(path, frames, sample_rate)
     }
 
@@ -355,6 +321,49 @@ fn check_sample_rate(sample_rate: Option<f64>) -> Result<(), FileError> {
         Some(sr) if !(sr.is_finite() && sr > 0.0) => Err(FileError::BadSampleRate(sr)),
         _ => Ok(()),
     }
+}
+
+/// The whole frames of the file at `path`, memory-mapped, their size from the first header
+/// (bytes after the last whole frame are left out).
+pub fn map_file(path: &Path) -> Result<FrameStore, FileError> {
+    let open = |source| FileError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(open)?;
+    if file.metadata().map_err(open)?.len() == 0 {
+        return Err(FileError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    // SAFETY: the map is read-only; a recording that another process truncates while it is
+    // open would fault, which is the documented risk of reading files by mmap.
+    let map = unsafe { Mmap::map(&file) }.map_err(open)?;
+    let header0 = Header::parse(&map).map_err(|source| FileError::FirstHeader {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let frame_size = header0.frame_size();
+    if map.len() < frame_size {
+        return Err(FileError::TooShort {
+            path: path.to_path_buf(),
+            bytes: map.len(),
+            needed: frame_size,
+            threads: 1,
+            frame_size,
+        });
+    }
+    Ok(FrameStore::file(path, map, frame_size))
+}
+
+/// The thread IDs of a stream's first frame sets, sorted: read until the set of threads has
+/// not grown for two frame sets more (baseband's rule), or the stream ends.
+pub fn first_thread_ids(frames: &FrameStore) -> Result<Vec<u32>, FileError> {
+    HeaderWalk {
+        frames,
+        frame_size: frames.frame_size(),
+    }
+    .thread_ids()
 }
 
 /// Header walks over the start of a stream.

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import _core
-from . import analysis, doctor, files, fringe_test, monitor, observe, plan, record, scans, serve, transfer, watch
+from . import analysis, convert, doctor, files, fringe_test, monitor, observe, plan, record, scans, serve, transfer, watch
 from .args import USAGE, OptionError, Parser, UsageError, argument_error
 
 __all__ = ["build_parser", "main"]
@@ -20,6 +20,7 @@ _COMMANDS: list[Callable[[Any], None]] = [
     files.add_check,
     files.add_info,
     scans.add_scans,
+    convert.add_convert,
     plan.add_plan,
     observe.add_observe,
     record.add_record,

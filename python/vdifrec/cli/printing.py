@@ -13,6 +13,17 @@ from typing import Any, TextIO
 from ..analysis.fringe import Fringe
 from ..reports import ForwardSecond, SecondRow, Summary
 
+def runs(numbers: list[int]) -> str:
+    """Sorted numbers as runs: ``0-3, 7`` (thread IDs, part numbers)."""
+    out: list[str] = []
+    for n in numbers:
+        if out and n == int(out[-1].rpartition("-")[2]) + 1:
+            out[-1] = f"{out[-1].partition('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ", ".join(out)
+
+
 #: How often the header line is repeated in a long table.
 HEADER_EVERY = 40
 

@@ -12,6 +12,7 @@ from typing import Any
 from .. import _core
 from ..scans import gather, repair, scans
 from .args import OK, PROBLEMS, UsageError, add_disk_arguments, os_error, output, path
+from .printing import runs
 
 def add_scans(sub: Any) -> None:
     p = sub.add_parser(
@@ -63,16 +64,6 @@ def _size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n} B"
-
-
-def _runs(numbers: list[int]) -> str:
-    out: list[str] = []
-    for n in numbers:
-        if out and n == int(out[-1].rpartition("-")[2]) + 1:
-            out[-1] = f"{out[-1].partition('-')[0]}-{n}"
-        else:
-            out.append(str(n))
-    return ", ".join(out)
 
 
 def _run_scans(a: argparse.Namespace) -> int:
@@ -130,7 +121,7 @@ def _run_repair(a: argparse.Namespace) -> int:
         for note in r["notes"]:
             print(f"note         {note}")
         print(f"now          {r['bytes']:,} bytes of whole frames in {r['parts']} part(s)"
-              + (f", part(s) {_runs(r['missing'])} missing" if r["missing"] else ""))
+              + (f", part(s) {runs(r['missing'])} missing" if r["missing"] else ""))
         for path in r["written"]:
             print(f"report       {path}")
     return PROBLEMS if r["missing"] else OK
@@ -146,7 +137,7 @@ def print_scans(found: list[dict[str, Any]]) -> None:
     for s in found:
         first = s["first"]["time"] if s["first"] else "-"
         last = s["last"]["time"] if s["last"] else "-"
-        missing = _runs(s["missing"]) if s["missing"] else "-"
+        missing = runs(s["missing"]) if s["missing"] else "-"
         print(
             f"{s['name']:<{width}}  {s['format']:<6}  {_size(s['bytes']):>10}  {s['chunks']:>6}  "
             f"{first:<29}  {last:<29}  {missing}"
@@ -179,6 +170,6 @@ def _run_gather(a: argparse.Namespace) -> int:
     for t in r["torn"]:
         print(f"torn         {t['description']}")
     if not r["complete"]:
-        print(f"incomplete   {r['out']} lacks the frames of part(s) {_runs(r['missing'])}")
+        print(f"incomplete   {r['out']} lacks the frames of part(s) {runs(r['missing'])}")
         return PROBLEMS
     return OK
