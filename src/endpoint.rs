@@ -216,6 +216,6 @@ mod tests {
         assert!(why("udp://127.0.0.1:70000", None).contains("1 to 65535"));
         assert!(why("udp://127.0.0.1:0", None).contains("1 to 65535"));
         assert!(why("udp://127.0.0.1", None).contains("not HOST:PORT"));
-        assert!(why("udp://nowhere.invalid:46227", None).contains("cannot resolve"));
+        assert!(why("udp://nowhere", None).contains("not HOST:PORT"));
     }
 }

@@ -272,7 +272,7 @@ def _cases() -> list[Case]:
     flag("record", "--disk-fault", {"nonsense": "DIR=full@SIZE", "{tmp}=melt@1MiB": "full or error",
                                     "/elsewhere=full@1MiB": "not one of the disks"}, **scan)
     # Forwarding: every destination is read and its host resolved before anything binds.
-    bad_destinations = {"udp://nowhere.invalid:46227": "cannot resolve host", "udp://127.0.0.1:70000": "1 to 65535",
+    bad_destinations = {"udp://nowhere": "not HOST:PORT", "udp://127.0.0.1:70000": "1 to 65535",
                         "http://127.0.0.1:80": "udp.*udps.*tcp", "127.0.0.1:46227": "no scheme",
                         "udp://127.0.0.1:46227?colour=red": "threads, channels, payload, rate or ipd",
                         "udp://127.0.0.1:46227?rate=fast": "bits per second"}
@@ -303,7 +303,7 @@ def _cases() -> list[Case]:
         flag(sv, "--writers", {"0": r"1\.\.64", "abc": WHOLE})
         flag(sv, "--split", {"port": "thread, station or sender"})
         flag(sv, "--disk-fault", {"nonsense": "DIR=full@SIZE", "/elsewhere=full@1MiB": "not one of the disks"})
-        flag(sv, "--forward", {"udp://nowhere.invalid:46227": "cannot resolve host", "tcp://127.0.0.1:0": "1 to 65535",
+        flag(sv, "--forward", {"udp://nowhere": "not HOST:PORT", "tcp://127.0.0.1:0": "1 to 65535",
                                "http://127.0.0.1:80": "udp.*udps.*tcp"})
     sv = "serve"
     control = r"\[HOST:\]PORT"
@@ -344,7 +344,7 @@ def _cases() -> list[Case]:
 
     # -- send: the engine checks every option before the first datagram
     flag("send", "--to", {"nonsense": "HOST:PORT", "": "HOST:PORT", "127.0.0.1": "HOST:PORT",
-                          "127.0.0.1:99999": r"1\.\.65535", "127.0.0.1:0": r"1\.\.65535"})
+                          "127.0.0.1:99999": "1 to 65535", "127.0.0.1:0": "1 to 65535"})
     flag("send", "--duration", {"-1": "positive", "abc": NUMBER, "nan": "finite"})
     flag("send", "--frames", {"0": r"1\.\.", "abc": WHOLE})
     flag("send", "--fps", {"0": FPS, "1.5": WHOLE})

@@ -230,6 +230,8 @@ class Recorder:
         """Forwards to ``destination`` from the newest frame on; its id (ArgumentError names ``forward``)."""
     def set_forward(self, id: int, enabled: bool) -> None:
         """Pauses (False) or resumes (True) forwarding to destination ``id``."""
+    def pace_forward(self, id: int, pacing: str) -> None:
+        """Paces destination ``id`` anew on the same connection (``rate=2Gbps``, ``ipd=10``, ``""``: none)."""
     def remove_forward(self, id: int) -> str:
         """Stops forwarding to destination ``id``; its counters as JSON."""
     def forwards(self) -> str:

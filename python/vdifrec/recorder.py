@@ -280,6 +280,12 @@ class Recorder:
         connected, and frames passed over while paused are not counted as skipped."""
         self._core.set_forward(id, enabled)
 
+    def pace_forward(self, id: int, pacing: str) -> None:
+        """Paces destination ``id`` anew, on the same connection and packet sequence:
+        ``"rate=2Gbps"``, ``"ipd=10"`` (microseconds; ``"ipd=2500ns"``), or ``""`` for none.
+        A bad value raises ``ArgumentError`` naming ``pacing``."""
+        self._core.pace_forward(id, pacing)
+
     def remove_forward(self, id: int) -> ForwardStats:
         """Stops forwarding to destination ``id`` and closes its connection; its counters (the
         summary keeps them too)."""

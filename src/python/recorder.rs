@@ -258,6 +258,11 @@ impl PyRecorder {
         self.with_recorder(py, |r| r.set_forward(id, enabled).map_err(arg_err))
     }
 
+    /// Paces destination `id` anew on the same connection (`rate=2Gbps`, `ipd=10`, "": none).
+    fn pace_forward(&self, py: Python<'_>, id: u32, pacing: String) -> PyResult<()> {
+        self.with_recorder(py, |r| r.pace_forward(id, &pacing).map_err(arg_err))
+    }
+
     /// Stops forwarding to destination `id`; its counters as JSON.
     fn remove_forward(&self, py: Python<'_>, id: u32) -> PyResult<String> {
         let s = self.with_recorder(py, |r| r.remove_forward(id).map_err(arg_err))?;

@@ -295,7 +295,10 @@ impl Recorder {
             }
             None => None,
         };
-        let forwarding = Forwarding::new(streams.iter().map(|s| s.shared.clone()).collect());
+        let forwarding = Forwarding::new(
+            streams.iter().map(|s| s.shared.clone()).collect(),
+            streams.iter().map(|s| s.local_addr).collect(),
+        );
         let mut rec = Recorder {
             shared,
             streams,
@@ -504,6 +507,12 @@ impl Recorder {
     /// Pauses (false) or resumes (true) forwarding to destination `id`.
     pub fn set_forward(&self, id: u32, enabled: bool) -> Result<(), ArgError> {
         self.forwarding.set_enabled(id, enabled)
+    }
+
+    /// Paces destination `id` anew on the same connection (`rate=2Gbps`, `ipd=10`, or empty
+    /// text for none).
+    pub fn pace_forward(&self, id: u32, pacing: &str) -> Result<(), ArgError> {
+        self.forwarding.set_pacing(id, pacing)
     }
 
     /// Stops forwarding to destination `id` and closes its connection; returns its counters.

@@ -114,7 +114,7 @@ def print_summary(s: Summary, out: TextIO) -> None:
         shaped = f" ({fw.frames_out} frames out)" if fw.frames_out != fw.frames else ""
         again = f", {fw.reconnects} reconnected ({fw.connect_failures} attempts failed)" if fw.reconnects or fw.connect_failures else ""
         why = f"; {fw.error}" if fw.error else ""
-        print(f"Forwarded to {fw.destination}: {fw.frames} frames{shaped}, {fw.bytes} bytes; skipped {fw.skipped}{again}; {fw.state}{why}", file=out)
+        print(f"Forwarded (fwd{fw.id}) to {fw.destination}: {fw.frames} frames{shaped}, {fw.bytes} bytes; skipped {fw.skipped}{again}; {fw.state}{why}", file=out)
     print("=" * (2 * len(bar) + 9), file=out)
     if s.latency is not None:
         print_latency(s.latency, out)

@@ -336,7 +336,6 @@ impl Capture {
     /// already) and the frame copied into slot 0, the one copy of the capture's life.
     fn learn_first_frame(&mut self) -> u64 {
         let info = self.infos[0];
-        count_psn(&mut self.c, self.setup.psn, &info);
         self.c.stats.bytes_received += info.len as u64;
         let offset = self.setup.offset;
         let frame_len = info.len.saturating_sub(offset).min(MAX_DATAGRAM);
@@ -355,6 +354,9 @@ impl Capture {
                 return 0;
             }
         };
+        // Only frames of the stream count in its packet sequence: a stray datagram's first
+        // eight bytes are no sequence number.
+        count_psn(&mut self.c, self.setup.psn, &info);
         if self.ring.is_none() {
             let memory = self
                 .setup
@@ -399,7 +401,6 @@ impl Capture {
         let fs = f.frame_size;
         let mut accepted = 0usize;
         for (i, info) in self.infos[..n].iter().enumerate() {
-            count_psn(&mut self.c, self.setup.psn, info);
             self.c.stats.bytes_received += info.len as u64;
             // SAFETY: datagram i was written at dst + i * fs, at most fs bytes.
             let frame = unsafe { std::slice::from_raw_parts(b.dst.add(i * fs), fs) };
@@ -417,6 +418,7 @@ impl Capture {
                     continue;
                 }
             };
+            count_psn(&mut self.c, self.setup.psn, info);
             note_frame_time(&mut self.c, &h);
             if b.into_ring {
                 if i != accepted {

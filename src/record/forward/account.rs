@@ -1,6 +1,7 @@
 //! What each forwarding destination has done, counted by its thread in atomics and read by
 //! anyone (the status server, the per-second rows, the summary) without ever waiting on it.
 
+use crate::record::forward::destination::Pacing;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -57,10 +58,21 @@ pub struct Link {
     pub counters: LinkCounters,
     pub enabled: AtomicBool,
     state: Mutex<(LinkState, Option<String>)>,
+    /// The pacing, changed while sending (VSI-S `ipd=`); the thread picks a change up at its
+    /// next batch, on the same connection and packet sequence.
+    pacing: Mutex<Pacing>,
+    pacing_changes: AtomicU64,
 }
 
 impl Link {
-    pub fn new(id: u32, label: String, text: String, scheme: &'static str, enabled: bool) -> Link {
+    pub fn new(
+        id: u32,
+        label: String,
+        text: String,
+        scheme: &'static str,
+        enabled: bool,
+        pacing: Pacing,
+    ) -> Link {
         Link {
             id,
             label,
@@ -69,7 +81,21 @@ impl Link {
             counters: LinkCounters::default(),
             enabled: AtomicBool::new(enabled),
             state: Mutex::new((LinkState::Connecting, None)),
+            pacing: Mutex::new(pacing),
+            pacing_changes: AtomicU64::new(0),
         }
+    }
+
+    /// Paces the destination anew from its next batch.
+    pub fn set_pacing(&self, pacing: Pacing) {
+        *self.pacing.lock().unwrap() = pacing;
+        self.pacing_changes.fetch_add(1, Ordering::Release);
+    }
+
+    /// The pacing, and a count that changes whenever it does.
+    pub fn pacing(&self) -> (Pacing, u64) {
+        let changes = self.pacing_changes.load(Ordering::Acquire);
+        (*self.pacing.lock().unwrap(), changes)
     }
 
     pub fn set_state(&self, state: LinkState, error: Option<String>) {

@@ -76,12 +76,19 @@ impl Destination {
 fn parse_query(text: &str, query: &str) -> Result<(TransformSpec, Pacing), ArgError> {
     let mut spec = TransformSpec::default();
     let mut pacing = Pacing::Free;
+    let mut seen: Vec<&str> = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').ok_or_else(|| {
             bad(format!(
                 "{text:?}: {pair:?} is not key=value (threads, channels, payload, rate, ipd)"
             ))
         })?;
+        if seen.contains(&key) {
+            return Err(bad(format!(
+                "{text:?}: {key}= is given twice: give it once"
+            )));
+        }
+        seen.push(key);
         // The kernels' own errors name their key; the operator typed it inside --forward.
         let inside = |e: ArgError| bad(format!("{text:?}: {}={value}: {}", e.name, e.why));
         match key {
@@ -90,11 +97,16 @@ fn parse_query(text: &str, query: &str) -> Result<(TransformSpec, Pacing), ArgEr
                 spec.channels = Some(parse_index_list("channels", value).map_err(inside)?)
             }
             "payload" => {
-                let n: usize = value.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                    bad(format!(
-                        "{text:?}: payload={value}: give the payload in bytes, e.g. payload=1024"
+                let n: usize = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0 && n % 8 == 0)
+                    .ok_or_else(|| {
+                        bad(format!(
+                        "{text:?}: payload={value}: give the payload in bytes, a multiple of 8 \
+                         that divides the stream's (payload=1024)"
                     ))
-                })?;
+                    })?;
                 spec.payload = Some(n);
             }
             "rate" | "ipd" if pacing != Pacing::Free => {
@@ -115,11 +127,38 @@ fn parse_query(text: &str, query: &str) -> Result<(TransformSpec, Pacing), ArgEr
             }
         }
     }
+    // What can be checked without the stream (thread IDs VDIF can hold, lists without
+    // repeats) is checked now, before anything binds.
+    spec.check()
+        .map_err(|e| bad(format!("{text:?}: {}: {}", e.name, e.why)))?;
     Ok((spec, pacing))
 }
 
+/// A pacing alone, as a destination's key gives it: `rate=2Gbps`, `ipd=10`, or empty text
+/// for none (`Recorder::pace_forward`, VSI-S `ipd=` while sending).
+pub fn parse_pacing(text: &str) -> Result<Pacing, ArgError> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Ok(Pacing::Free);
+    }
+    let why = |w: String| ArgError::new("pacing", w);
+    match t.split_once('=') {
+        Some(("rate", v)) => crate::units::parse_rate("rate", v)
+            .map(Pacing::Rate)
+            .map_err(|e| why(e.to_string())),
+        Some(("ipd", v)) => parse_ipd(v).map_err(why),
+        _ => Err(why(format!(
+            "{t:?}: give rate=RATE (rate=2Gbps), ipd=MICROSECONDS (ipd=10, ipd=2500ns) or nothing"
+        ))),
+    }
+}
+
+/// The longest gap between datagrams: jive5ab's (2^31 - 1 microseconds, about 36 minutes).
+const IPD_MOST_S: f64 = 2_147.483_647;
+
 /// jive5ab's inter-packet delay: microseconds (`10`, `1.5`, `10us`, `10u`), or nanoseconds
-/// with `ns` or `n`; 0 or less is none.
+/// with `ns` or `n`; 0 is none. (jive5ab's -1, "work it out from the mode", is the VSI-S
+/// station's to work out: here a gap is given.)
 pub fn parse_ipd(value: &str) -> Result<Pacing, String> {
     let v = value.trim();
     let (num, scale) = if let Some(n) = v.strip_suffix("ns").or_else(|| v.strip_suffix('n')) {
@@ -128,18 +167,22 @@ pub fn parse_ipd(value: &str) -> Result<Pacing, String> {
         let n = v.strip_suffix("us").or_else(|| v.strip_suffix('u'));
         (n.unwrap_or(v), 1e-6)
     };
-    let n: f64 = num
+    let seconds = num
         .trim()
-        .parse()
+        .parse::<f64>()
         .ok()
-        .filter(|n: &f64| n.is_finite() && n.abs() < 1e7)
+        .map(|n| n * scale)
+        .filter(|s| s.is_finite() && (0.0..=IPD_MOST_S).contains(s))
         .ok_or_else(|| {
-            format!("ipd={value}: give microseconds (ipd=10, ipd=1.5) or nanoseconds (ipd=2500ns)")
+            format!(
+                "ipd={value}: give 0 (no gap) to 2147483647 microseconds (ipd=10, ipd=1.5) \
+                 or nanoseconds (ipd=2500ns)"
+            )
         })?;
-    if n <= 0.0 {
+    if seconds == 0.0 {
         return Ok(Pacing::Free);
     }
-    Ok(Pacing::Gap(Duration::from_secs_f64(n * scale)))
+    Ok(Pacing::Gap(Duration::from_secs_f64(seconds)))
 }
 
 #[cfg(test)]
@@ -200,10 +243,21 @@ mod tests {
         assert!(why("udp://127.0.0.1:70000").contains("1 to 65535"));
         assert!(why("udp://127.0.0.1:0").contains("1 to 65535"));
         assert!(why("udp://127.0.0.1").contains("not HOST:PORT"));
-        assert!(why("udp://nowhere.invalid:46227").contains("cannot resolve"));
+        assert!(why("udp://nowhere").contains("not HOST:PORT"));
         assert!(why("udp://127.0.0.1:1?colour=red").contains("unknown key"));
         assert!(why("udp://127.0.0.1:1?rate=fast").contains("rate"));
         assert!(why("udp://127.0.0.1:1?rate=1Gbps&ipd=3").contains("not both"));
         assert!(why("udp://127.0.0.1:1?payload=-8").contains("payload"));
+        assert!(why("udp://127.0.0.1:1?payload=12").contains("multiple of 8"));
+        assert!(why("udp://127.0.0.1:1?threads=5000").contains("0 to 1023"));
+        assert!(why("udp://127.0.0.1:1?payload=1024&payload=2048").contains("twice"));
+        assert!(why("udp://127.0.0.1:1?ipd=-3").contains("0 (no gap)"));
+        assert!(why("udp://127.0.0.1:1?ipd=3000000000").contains("2147483647"));
+        assert_eq!(
+            Destination::parse("udp://127.0.0.1:1?ipd=20000000ns")
+                .unwrap()
+                .pacing,
+            Pacing::Gap(Duration::from_millis(20))
+        );
     }
 }

@@ -98,7 +98,8 @@ impl LinkRun {
             since: Instant::now(),
             psn: first_psn(),
         };
-        let mut pacer = Pacer::new(self.dest.pacing);
+        let (pacing, mut pacing_seen) = link.pacing();
+        let mut pacer = Pacer::new(pacing);
         let mut shaping: Option<Transform> = None;
         let mut queue = Queue {
             bytes: Vec::with_capacity(MAX_BATCH * 9000),
@@ -120,6 +121,11 @@ impl LinkRun {
                 }
             }
             self.keep_connected(&mut conn);
+            let (pacing, changes) = link.pacing();
+            if changes != pacing_seen {
+                pacer = Pacer::new(pacing);
+                pacing_seen = changes;
+            }
             let enabled = link.enabled.load(Ordering::Acquire);
             let mut moved = 0;
             for (k, sh) in self.streams.iter().enumerate() {
@@ -427,6 +433,18 @@ impl LinkRun {
     fn lost(&self, conn: &mut Connection, e: std::io::Error) {
         if let Some(w) = conn.wire.take() {
             conn.psn = w.next_psn();
+        }
+        if e.raw_os_error() == Some(libc::EMSGSIZE) {
+            // Not a destination that went away: the frames do not fit its datagrams, and never
+            // will; sending again would only fail again.
+            self.link.set_state(
+                LinkState::Refused,
+                Some(format!(
+                    "the frames do not fit a datagram on this path ({e}): give payload= to \
+                     re-frame them smaller"
+                )),
+            );
+            return;
         }
         let why = if is_gone(&e) {
             format!("the destination went away: {e}")

@@ -18,9 +18,11 @@ pub mod wire;
 pub use account::{ForwardRow, ForwardStats, Link, LinkState};
 pub use destination::{Destination, Pacing};
 
+use crate::endpoint::Framing;
 use crate::options::ArgError;
 use crate::record::shared::Shared;
 use link::{Control, LinkRun};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -35,14 +37,17 @@ struct Running {
 pub struct Forwarding {
     /// Every stream; the first's shared state holds the accounting.
     streams: Vec<Arc<Shared>>,
+    /// Where the streams are received: a datagram destination among them would loop.
+    receiving: Vec<SocketAddr>,
     running: Vec<Running>,
     next_id: u32,
 }
 
 impl Forwarding {
-    pub fn new(streams: Vec<Arc<Shared>>) -> Forwarding {
+    pub fn new(streams: Vec<Arc<Shared>>, receiving: Vec<SocketAddr>) -> Forwarding {
         Forwarding {
             streams,
+            receiving,
             running: Vec::new(),
             next_id: 1,
         }
@@ -53,6 +58,7 @@ impl Forwarding {
     /// sends nothing until `set_enabled`.
     pub fn add(&mut self, text: &str, enabled: bool, from_now: bool) -> Result<u32, ArgError> {
         let dest = Destination::parse(text)?;
+        self.check_no_loop(&dest)?;
         let id = self.next_id;
         let link = Arc::new(Link::new(
             id,
@@ -60,6 +66,7 @@ impl Forwarding {
             dest.text.clone(),
             dest.framing().name(),
             enabled,
+            dest.pacing,
         ));
         let control = Arc::new(Control::default());
         let run = LinkRun {
@@ -81,6 +88,30 @@ impl Forwarding {
             thread: Some(thread),
         });
         Ok(id)
+    }
+
+    /// A datagram destination that is one of this recorder's own data ports would feed the
+    /// stream back into the recording, every frame again and again, at full speed.
+    fn check_no_loop(&self, dest: &Destination) -> Result<(), ArgError> {
+        if dest.framing() == Framing::Tcp {
+            return Ok(());
+        }
+        let to = dest.endpoint.addr;
+        let own = self.receiving.iter().any(|r| {
+            r.port() == to.port()
+                && (r.ip() == to.ip() || r.ip().is_unspecified() || to.ip().is_loopback())
+        });
+        if own {
+            return Err(ArgError::new(
+                "forward",
+                format!(
+                    "{:?} is this recorder's own data port: the stream would come back into \
+                     the recording; give the receiver's address and port",
+                    dest.text
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn find(&self, id: u32) -> Result<&Running, ArgError> {
@@ -121,6 +152,15 @@ impl Forwarding {
         } else if r.link.state().0 == LinkState::Paused && enabled {
             r.link.set_state(LinkState::Sending, None);
         }
+        Ok(())
+    }
+
+    /// Paces destination `id` anew, on the same connection: `rate=2Gbps`, `ipd=10` (as in a
+    /// destination's keys), or empty text for no pacing.
+    pub fn set_pacing(&self, id: u32, pacing: &str) -> Result<(), ArgError> {
+        let r = self.find(id)?;
+        let p = destination::parse_pacing(pacing)?;
+        r.link.set_pacing(p);
         Ok(())
     }
 

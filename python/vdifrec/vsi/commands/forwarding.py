@@ -112,17 +112,19 @@ def mem2net(st: Station, c: Command) -> Reply:
         return reply(c, m.host, _flags(m, _forward(st, m)))
     sub = c.param(0)
     if not sub:
-        raise Problem(Code.BAD_PARAMETER, "command w/o actual commands and/or arguments... - give connect (then the host), on, off or disconnect")
+        raise Problem(Code.NOT_NOW, "command w/o actual commands and/or arguments... - give connect (then the host), on, off or disconnect")
     if sub == "connect":
         return _connect(st, c)
-    if sub in ("disconnect", "stop"):
+    if sub == "disconnect":
         m = _connected(st, "Not doing mem2net")
         st.mem2net = None
         if st.recorder is not None:
             st.recorder.remove_forward(m.id)
         return reply(c)
-    if sub in ("on", "off"):
-        m = _connected(st, "mem2net not connected")
+    if sub in ("on", "off", "stop"):
+        # stop, as jive5ab's: sending ends and the connection stays (disconnect closes it);
+        # off is vdifrec's pause, shown as such.
+        m = _connected(st, "Not doing mem2net" if sub == "stop" else "mem2net not connected")
         assert st.recorder is not None
         st.recorder.set_forward(m.id, sub == "on")
         m.running, m.paused = sub == "on", sub == "off"
@@ -171,7 +173,11 @@ def _host_port(st: Station, given: str) -> tuple[str, int]:
     """``host`` (at net_port's first port, as jive5ab) or vdifrec's ``host@port``."""
     host, at, port_s = given.rpartition("@")
     if not at:
-        return given, st.ports[0][1]
+        # net_port's port; a station told to take any free port (0) has the one it took.
+        port = st.ports[0][1]
+        if port == 0 and st.recorder is not None and st.recorder.address is not None:
+            port = st.recorder.address[1]
+        return given, port
     try:
         port = int(port_s, 0)
     except ValueError:
@@ -243,10 +249,14 @@ def ipd(st: Station, c: Command) -> Reply:
         raise Problem(Code.BAD_PARAMETER, "Command must have argument - give microseconds (ipd=10), nanoseconds (ipd=2500n) or -1 (auto)")
     value = _ipd_ns(text)
     before = gap_ns(st)
-    st.ipd_ns = value
+    old, st.ipd_ns = st.ipd_ns, value
     m = st.mem2net
-    if m is not None and m.scheme != "tcp" and gap_ns(st) != before:
-        _repace(st, m)
+    if m is not None and gap_ns(st) != before:
+        try:
+            _repace(st, m)
+        except Problem:
+            st.ipd_ns = old
+            raise
     return reply(c)
 
 
@@ -263,15 +273,16 @@ def _ipd_ns(text: str) -> int:
 
 
 def _repace(st: Station, m: Mem2Net) -> None:
-    """A new gap while connected: the destination again with it, sending as it was (a udps
-    sequence starts afresh, as at a connect)."""
+    """A new gap while connected: applied at the next datagram, on the same connection and
+    packet sequence, as jive5ab applies ``ipd`` live (tcp is not paced)."""
     assert st.recorder is not None
-    st.recorder.remove_forward(m.id)
+    if m.scheme == "tcp":
+        return
+    gap = gap_ns(st)
     try:
-        m.attach(st.recorder, gap_ns(st))
+        st.recorder.pace_forward(m.id, f"ipd={gap}ns" if gap > 0 else "")
     except _core.ArgumentError as exc:
-        st.mem2net = None
-        raise Problem(Code.ERROR, f"mem2net to {m.host} closed: cannot send to it again with the new ipd - {exc}") from None
+        raise Problem(Code.BAD_PARAMETER, f"ipd: {exc}") from None
 
 
 def _us(ns: int) -> str:
