@@ -275,7 +275,7 @@ impl Link {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -327,16 +327,35 @@ mod tests {
         );
     }
 
-    #[test]
-    fn tcp_carries_the_bytes_back_to_back() {
+    /// A TCP receiver on loopback that keeps everything until the sender closes (accepting
+    /// within 20 s): its port, and the thread that returns the bytes.
+    pub(crate) fn tcp_sink() -> (u16, std::thread::JoinHandle<Vec<u8>>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let reader = std::thread::spawn(move || {
-            let (mut c, _) = listener.accept().unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            let mut c = loop {
+                match listener.accept() {
+                    Ok((c, _)) => break c,
+                    Err(_) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(5))
+                    }
+                    Err(e) => panic!("no connection within 20 s: {e}"),
+                }
+            };
+            c.set_nonblocking(false).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
             let mut all = Vec::new();
             std::io::Read::read_to_end(&mut c, &mut all).unwrap();
             all
         });
+        (port, reader)
+    }
+
+    #[test]
+    fn tcp_carries_the_bytes_back_to_back() {
+        let (port, reader) = tcp_sink();
         let mut link =
             Link::open(destination("to", &format!("tcp://127.0.0.1:{port}")).unwrap()).unwrap();
         let frames: Vec<Vec<u8>> = (0..200u32).map(|i| vec![i as u8; 5000]).collect();

@@ -1131,14 +1131,7 @@ mod tests {
             },
         )
         .unwrap();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let reader = std::thread::spawn(move || {
-            let (mut c, _) = listener.accept().unwrap();
-            let mut all = Vec::new();
-            std::io::Read::read_to_end(&mut c, &mut all).unwrap();
-            all
-        });
+        let (port, reader) = crate::sources::link::tests::tcp_sink();
         let cfg = SendConfig::from_options(&SendOptions {
             to: format!("tcp://127.0.0.1:{port}"),
             file: Some(file.clone()),

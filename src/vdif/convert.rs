@@ -122,7 +122,12 @@ pub fn convert(
             format!(
                 "thread {t} is not in {}: its threads are {} (from its first frames)",
                 source.label,
-                runs(&first_threads)
+                crate::vdif::scan::runs(
+                    &first_threads
+                        .iter()
+                        .map(|&t| u64::from(t))
+                        .collect::<Vec<_>>()
+                )
             ),
         )
         .into());
@@ -444,25 +449,6 @@ impl FrameSets {
     }
 }
 
-/// "0-3, 7": numbers as runs, for messages.
-fn runs(numbers: &[u32]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < numbers.len() {
-        let mut j = i;
-        while j + 1 < numbers.len() && numbers[j + 1] == numbers[j] + 1 {
-            j += 1;
-        }
-        out.push(if j > i {
-            format!("{}-{}", numbers[i], numbers[j])
-        } else {
-            numbers[i].to_string()
-        });
-        i = j + 1;
-    }
-    out.join(", ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -628,11 +614,5 @@ mod tests {
             convert_frames(&t, &data).unwrap()
         );
         std::fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn runs_read_as_ranges() {
-        assert_eq!(runs(&[0, 1, 2, 3, 7, 9, 10]), "0-3, 7, 9-10");
-        assert_eq!(runs(&[]), "");
     }
 }

@@ -78,13 +78,7 @@ fn forwarded_udp_and_udps_streams_are_the_recording_byte_for_byte() {
     send(&near, 2000, 3000, &dir.join("sent.vdif"));
     let s = near.stop();
     assert!(s.ok, "{s:#?}");
-    let sent = std::fs::read(dir.join("sent.vdif")).unwrap();
-    let near_bytes = std::fs::read(dir.join("near.vdif")).unwrap();
-    // What this host's kernel dropped on the way in is all the recording lacks.
-    assert_eq!(
-        missing_from(&near_bytes, &sent) as u64,
-        3000 - s.frames_received
-    );
+    let (_, near_bytes) = recorded_what_arrived(&dir, 3000, s.frames_received);
     for (far, name) in [(far_udp, "far_udp"), (far_udps, "far_udps")] {
         let mut far = far;
         wait_for(&far, s.frames_received);
@@ -156,6 +150,15 @@ fn missing_from(sub: &[u8], of: &[u8]) -> usize {
     missing + (of.len() / FS - at)
 }
 
+/// What was sent (`sent.vdif`) and recorded (`near.vdif`) in `dir`, having checked that the
+/// recording is what was sent, less only what this host's kernel dropped on the way in.
+fn recorded_what_arrived(dir: &Path, sent_frames: u64, received: u64) -> (Vec<u8>, Vec<u8>) {
+    let sent = std::fs::read(dir.join("sent.vdif")).unwrap();
+    let near = std::fs::read(dir.join("near.vdif")).unwrap();
+    assert_eq!(missing_from(&near, &sent) as u64, sent_frames - received);
+    (sent, near)
+}
+
 /// Reads a TCP connection slowly (a destination slower than the stream), then returns what
 /// it read.
 fn slow_reader(listener: TcpListener, per_read: usize, pause: Duration, most: Duration) -> Vec<u8> {
@@ -198,12 +201,7 @@ fn a_slow_tcp_destination_skips_whole_frames_and_costs_the_recording_nothing() {
     send(&near, 4000, 12000, &dir.join("sent.vdif"));
     let s = near.stop();
     assert!(s.ok, "{s:#?}");
-    let sent = std::fs::read(dir.join("sent.vdif")).unwrap();
-    let near_bytes = std::fs::read(dir.join("near.vdif")).unwrap();
-    assert_eq!(
-        missing_from(&near_bytes, &sent) as u64,
-        12000 - s.frames_received
-    );
+    let (sent, _) = recorded_what_arrived(&dir, 12000, s.frames_received);
     let f = &s.forward[0];
     assert!(f.skipped > 0, "{f:#?}");
     assert_eq!(f.frames + f.skipped, s.frames_received, "{f:#?}");
