@@ -60,6 +60,12 @@ impl Destination {
         })
     }
 
+    /// Whether frames are cut or corner-turned on the way (copied into new frames); a
+    /// `threads=` filter alone sends the kept frames straight from the ring.
+    pub fn reshapes(&self) -> bool {
+        self.transform.channels.is_some() || self.transform.payload.is_some()
+    }
+
     pub fn framing(&self) -> Framing {
         self.endpoint.framing
     }

@@ -53,10 +53,13 @@ pub struct LinkRun {
     pub from_now: bool,
 }
 
-/// Output frames made by the shaping, waiting to go (in order), and how many went.
+/// Output frames made by the shaping, waiting to go (in order: each input frame's `fan_out`
+/// pieces together), and how many went. An input frame counts as forwarded once all its
+/// pieces are on the wire.
 struct Queue {
     bytes: Vec<u8>,
     frame_size: usize,
+    fan_out: usize,
     sent: usize,
 }
 
@@ -67,6 +70,17 @@ impl Queue {
     fn clear(&mut self) {
         self.bytes.clear();
         self.sent = 0;
+    }
+    /// `taken` more pieces went; the input frames that are now whole on the wire.
+    fn sent_more(&mut self, taken: usize) -> u64 {
+        let before = self.sent / self.fan_out.max(1);
+        self.sent += taken;
+        (self.sent / self.fan_out.max(1) - before) as u64
+    }
+    /// Input frames not yet whole on the wire.
+    fn unsent_inputs(&self) -> u64 {
+        let fan = self.fan_out.max(1);
+        ((self.bytes.len() / self.frame_size.max(1)) / fan - self.sent / fan) as u64
     }
 }
 
@@ -104,6 +118,7 @@ impl LinkRun {
         let mut queue = Queue {
             bytes: Vec::with_capacity(MAX_BATCH * 9000),
             frame_size: 0,
+            fan_out: 1,
             sent: 0,
         };
         let mut rate = RateMeter::new();
@@ -116,7 +131,7 @@ impl LinkRun {
                 let since = *drain_since.get_or_insert_with(Instant::now);
                 let all_sent = queue.len() == 0 && self.caught_up(&cursors);
                 if all_sent || since.elapsed() > DRAIN_MOST {
-                    self.skip_rest(&mut cursors);
+                    self.skip_rest(&mut cursors, &queue);
                     break;
                 }
             }
@@ -133,7 +148,8 @@ impl LinkRun {
                 let cur = &mut cursors[k];
                 let w = ring.write_seq();
                 let next = cur.next.get_or_insert(if self.from_now { w } else { 0 });
-                if w <= *next {
+                // Shaped frames still queued go even when nothing new has come.
+                if w <= *next && queue.len() == 0 {
                     continue;
                 }
                 let refused = link.state().0 == LinkState::Refused;
@@ -157,10 +173,11 @@ impl LinkRun {
                         .fetch_add(to - *next, Ordering::Relaxed);
                     *next = to;
                 }
-                if !self.dest.transform.is_identity() && shaping.is_none() {
+                if self.dest.reshapes() && shaping.is_none() {
                     match self.shaping_for(&ring, *next) {
                         Ok(t) => {
                             queue.frame_size = t.out_frame_size();
+                            queue.fan_out = t.fan_out();
                             shaping = Some(t);
                         }
                         Err(why) => {
@@ -200,8 +217,15 @@ impl LinkRun {
             })
     }
 
-    /// Closing with frames unsent (the drain's time ran out): they are skipped.
-    fn skip_rest(&self, cursors: &mut [Cursor]) {
+    /// Closing with frames unsent (the drain's time ran out): they are skipped, those shaped
+    /// and still queued too.
+    fn skip_rest(&self, cursors: &mut [Cursor], queue: &Queue) {
+        if self.link.enabled.load(Ordering::Acquire) {
+            self.link
+                .counters
+                .skipped
+                .fetch_add(queue.unsent_inputs(), Ordering::Relaxed);
+        }
         for (sh, c) in self.streams.iter().zip(cursors) {
             if let Some(r) = sh.ring() {
                 let next = c.next.unwrap_or(0);
@@ -365,17 +389,10 @@ impl LinkRun {
             let n = (w - *next).min((MAX_BATCH / shaping.fan_out()).max(1) as u64);
             // SAFETY: as in send_direct; shaped from a copy-free read, checked after.
             let bytes = unsafe { ring.frames(*next, n) };
-            let mut shaped = 0;
             for f in bytes.chunks_exact(fs) {
                 let thread = Header::parse_unchecked(f).map_or(u32::MAX, |h| h.thread_id());
-                if !shaping.wants(thread) {
-                    continue;
-                }
-                match shaping.apply(f, &mut queue.bytes) {
-                    Ok(_) => shaped += 1,
-                    Err(_) => {
-                        c.refused.fetch_add(1, Ordering::Relaxed);
-                    }
+                if shaping.wants(thread) && shaping.apply(f, &mut queue.bytes).is_err() {
+                    c.refused.fetch_add(1, Ordering::Relaxed);
                 }
             }
             let torn = ring.overwritten(*next, n);
@@ -384,8 +401,6 @@ impl LinkRun {
                 c.torn.fetch_add(torn, Ordering::Relaxed);
                 c.skipped.fetch_add(n, Ordering::Relaxed);
                 queue.clear();
-            } else {
-                c.frames.fetch_add(shaped, Ordering::Relaxed);
             }
             *next += n;
             consumed = n;
@@ -405,7 +420,8 @@ impl LinkRun {
         pacer.wait(Duration::from_millis(20));
         match wire.send(&frames) {
             Ok(taken) => {
-                queue.sent += taken;
+                let whole = queue.sent_more(taken);
+                c.frames.fetch_add(whole, Ordering::Relaxed);
                 c.frames_out.fetch_add(taken as u64, Ordering::Relaxed);
                 let b = taken * wire.wire_bytes(fs_out);
                 c.bytes.fetch_add(b as u64, Ordering::Relaxed);
@@ -414,13 +430,8 @@ impl LinkRun {
             }
             Err(e) => {
                 // The shaped frames not yet sent are lost with the connection.
-                let left = queue.len() as u64;
-                let inputs = left.div_ceil(shaping.fan_out() as u64);
-                c.frames.fetch_sub(
-                    inputs.min(c.frames.load(Ordering::Relaxed)),
-                    Ordering::Relaxed,
-                );
-                c.skipped.fetch_add(inputs, Ordering::Relaxed);
+                c.skipped
+                    .fetch_add(queue.unsent_inputs(), Ordering::Relaxed);
                 queue.clear();
                 self.lost(conn, e);
                 consumed
