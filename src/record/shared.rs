@@ -128,6 +128,7 @@ pub fn stats_of(streams: &[Arc<Shared>]) -> Stats {
         st.ring_fill = st.ring_frames as f64 / st.ring_slots as f64;
     }
     st.streams = each;
+    st.forward = streams[0].forward_stats();
     st
 }
 
@@ -420,10 +421,10 @@ impl Shared {
     }
     /// What each destination did since the previous row (of any stream).
     fn forward_since_last_row(&self) -> Vec<ForwardRow> {
-        if self.common.forward.lock().unwrap().is_empty() {
+        let now = self.forward_stats();
+        if now.is_empty() {
             return Vec::new();
         }
-        let now = self.forward_stats();
         let mut at = self.common.forward_at_row.lock().unwrap();
         let seconds = at.0.elapsed().as_secs_f64();
         let rows = now
@@ -574,7 +575,8 @@ impl Shared {
             error: self.error(),
             capture,
             streams: Vec::new(),
-            forward: self.forward_stats(),
+            // The streams share one board of destinations: `stats_of` adds it once.
+            forward: Vec::new(),
         }
     }
 }

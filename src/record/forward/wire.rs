@@ -112,11 +112,6 @@ impl Wire {
         len + self.framing.prefix()
     }
 
-    /// A TCP frame is half sent: nothing else may go before it.
-    pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
-    }
-
     /// Hands up to `MAX_BATCH` frames to the kernel; returns how many it took whole (a TCP
     /// frame taken in part counts: its rest is kept and goes first next time). Ok(0) when the
     /// socket stayed full for `WAIT`.
