@@ -179,7 +179,9 @@ def test_mem2net_forwards_a_scan_in_udps_while_it_records(serve: Serve, tmp_path
     assert all(len(p) == 8 + FS for p in packets)
     seq = [struct.unpack_from("<Q", p)[0] for p in packets]
     assert all(b > a for a, b in zip(seq, seq[1:])), seq
-    assert seq[-1] - seq[0] + 1 - len(seq) == (rx_state[1] if rx_state else 0)
+    # Each number missing between the first and the last is a datagram the socket dropped (it
+    # may also have dropped some after the last, which leave no gap).
+    assert seq[-1] - seq[0] + 1 - len(seq) <= (rx_state[1] if rx_state else 0)
     assert all(s < 2**31 for s in seq[:1])
     in_order_of(sent_frames, [p[8:] for p in packets])
 
