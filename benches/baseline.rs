@@ -266,6 +266,7 @@ pub fn scan_writer_throughput(
         split: None,
         writer_cpus: Vec::new(),
         notes: Vec::new(),
+        from_seq: Vec::new(),
     });
     let total = total_bytes / frame_size as u64;
     let t0 = Instant::now();

@@ -172,6 +172,7 @@ def _cases() -> list[Case]:
     c("scans", "--disk", f"--disk={nodir}", allowed="not a directory")
     c("scans", "--disk", "--disk=", allowed=EMPTY)
     flag("scans", "--format", {"vdif": "choose from"})
+    c("scans", "--name", "--disk={tmp}", "--name=r41[", allowed="shell-style pattern")
     c("scans", "--repair", "--repair=", allowed=EMPTY)
     c("scans", "--repair", "--repair=nosuchscan", allowed="check the name", names="no scan nosuchscan")
     c("gather", "scan", "", allowed=EMPTY)

@@ -51,6 +51,7 @@ __all__ = [
     "sendmmsg_loop",
     "repair",
     "scan_info",
+    "scan_names",
     "scan_name_problem",
     "scans",
     "spectrum_frames",
@@ -582,8 +583,13 @@ def check(path: str | PathLike[str], options: CheckOptions | None = None) -> str
     """Checks a file in one pass; the report as JSON."""
 def check_scan(name: str, disks: list[str], format: str | None = None, options: CheckOptions | None = None) -> str:
     """Checks a scan over its parts in order; the report as JSON, with ``scan`` naming any missing part."""
-def scans(disks: list[str]) -> str:
-    """Every scan on ``disks``, as JSON (a list of summaries)."""
+def scans(
+    disks: list[str], name: str | None = None, format: str | None = None, progress: bool = False
+) -> str:
+    """The scans on ``disks`` (names matching the pattern ``name``, in ``format``), as JSON."""
+def scan_names(disks: list[str], pattern: str | None = None, offset: int = 0, limit: int | None = None) -> str:
+    """The names on ``disks`` as the catalogue holds them (matching ``pattern``, a page of
+    ``limit`` from ``offset``), as JSON: ``total``, ``offset``, ``names``. No disk is walked."""
 def scan_info(name: str, disks: list[str], format: str | None = None) -> str:
     """Scan ``name`` on ``disks`` as ``scans`` lists it (JSON), found by its name alone."""
 def gather(name: str, disks: list[str], out: str, format: str | None = None, allow_gaps: bool = False) -> str:

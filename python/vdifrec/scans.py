@@ -25,13 +25,26 @@ def expand_disks(disks: Disks) -> list[str]:
     return _core.expand_disks([os.fspath(x) for x in items])
 
 
-def scans(disks: Disks) -> list[dict[str, Any]]:
+def scans(
+    disks: Disks, *, name: str | None = None, format: str | None = None, progress: bool = False
+) -> list[dict[str, Any]]:
     """Every scan on ``disks``, by name then format.
+
+    Each disk is read once, all of them side by side, and only the scans listed have their
+    files opened: the listing takes time in proportion to the files on the disks.
 
     Parameters
     ----------
     disks : str, os.PathLike or list of them
         Directories (mount points), or globs such as ``"/mnt/disk*"``.
+    name : str, optional
+        A shell-style pattern (``"r1*"``, ``"*_ds?"``, ``"no00[0-3]*"``): only the scans whose
+        names match it.
+    format : {"file", "vbs", "mk6"}, optional
+        Only the scans in this layout.
+    progress : bool
+        Say how far the listing is on standard error, when that is a terminal and the listing
+        takes more than a second.
 
     Returns
     -------
@@ -57,7 +70,9 @@ def scans(disks: Disks) -> list[dict[str, Any]]:
     read), ``after`` and ``before`` (the frames on either side, as ``first``; ``before`` None at
     the end of the scan) and ``description``. :func:`repair` cuts them away.
     """
-    listed: list[dict[str, Any]] = json.loads(_core.scans(expand_disks(disks)))
+    listed: list[dict[str, Any]] = json.loads(
+        _core.scans(expand_disks(disks), name=name, format=format, progress=progress)
+    )
     return listed
 
 

@@ -212,9 +212,10 @@ pub fn scan_err(e: ScanError) -> PyErr {
             ref source,
         } => io_err(source, e.to_string(), path),
         ScanError::NotFound { .. } => PyFileNotFoundError::new_err(e.to_string()),
-        ScanError::NoDisks | ScanError::NotADirectory(_) | ScanError::Ambiguous { .. } => {
-            ArgumentError::new_err(e.to_string())
-        }
+        ScanError::NoDisks
+        | ScanError::NotADirectory(_)
+        | ScanError::Ambiguous { .. }
+        | ScanError::Pattern { .. } => ArgumentError::new_err(e.to_string()),
         ScanError::Gaps { .. } => GapError::new_err(e.to_string()),
         ScanError::File(f) => file_err(f),
         _ => FormatError::new_err(e.to_string()),

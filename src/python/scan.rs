@@ -7,7 +7,7 @@ use super::to_json;
 use crate::vdif::gather::gather as gather_scan;
 use crate::vdif::layout::Format;
 use crate::vdif::repair::repair as repair_scan;
-use crate::vdif::scan::{find_scans, ScanLayout};
+use crate::vdif::scan::{find_scans_matching, ScanLayout};
 use pyo3::prelude::*;
 use std::path::PathBuf;
 
@@ -37,11 +37,40 @@ pub(crate) fn locate(
         .map_err(scan_err)
 }
 
-/// Every scan on `disks`, as JSON text (a list of summaries).
+/// The scans on `disks` (those whose names match the shell-style `name`, in `format`), as
+/// JSON text (a list of summaries).
 #[pyfunction]
-pub fn scans(py: Python<'_>, disks: Vec<PathBuf>) -> PyResult<String> {
-    let found = py.detach(|| find_scans(&disks)).map_err(scan_err)?;
+#[pyo3(signature = (disks, name=None, format=None, progress=false))]
+pub fn scans(
+    py: Python<'_>,
+    disks: Vec<PathBuf>,
+    name: Option<&str>,
+    format: Option<&str>,
+    progress: bool,
+) -> PyResult<String> {
+    let format = format_arg(format)?;
+    let found = py
+        .detach(|| find_scans_matching(&disks, name, format, progress))
+        .map_err(scan_err)?;
     to_json(&found)
+}
+
+/// The names at the top of `disks` (scans, by their names; single-file scans by their files'
+/// stems), as the catalogue holds them: those matching the shell-style `pattern`, `limit` of
+/// them from the `offset`-th, with how many there are; JSON text. No disk is walked.
+#[pyfunction]
+#[pyo3(signature = (disks, pattern=None, offset=0, limit=None))]
+pub fn scan_names(
+    py: Python<'_>,
+    disks: Vec<PathBuf>,
+    pattern: Option<&str>,
+    offset: usize,
+    limit: Option<usize>,
+) -> PyResult<String> {
+    let page = py
+        .detach(|| crate::vdif::scan::scan_names(&disks, pattern, offset, limit))
+        .map_err(scan_err)?;
+    to_json(&page)
 }
 
 /// Scan `name` on `disks`, as `scans` lists it (JSON text), found by its name alone: no
@@ -105,6 +134,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_name_problem, m)?)?;
     m.add_function(wrap_pyfunction!(repair, m)?)?;
     m.add_function(wrap_pyfunction!(scan_info, m)?)?;
+    m.add_function(wrap_pyfunction!(scan_names, m)?)?;
     m.add_function(wrap_pyfunction!(gather, m)?)?;
     Ok(())
 }

@@ -529,6 +529,36 @@ impl Recorder {
     /// the frames in the window are written to the disks. Returns the name used on disk: the
     /// name asked for, or with jive5ab's suffix (`a`, `b`, …) when a scan of that name exists.
     pub fn start_scan(&mut self, req: ScanRequest) -> Result<String, ScanCommandError> {
+        let Some(gate) = &self.gate else {
+            return Err(ScanCommandError::NoDisks);
+        };
+        // From the command on, every frame that arrives waits for this scan: its first frame
+        // is the first after the command, however long what follows takes.
+        let rings: Vec<_> = self.streams.iter().map(|s| s.shared.ring()).collect();
+        let from_seq = gate.hold(&rings);
+        let started = self.plan_scan(req, from_seq);
+        let gate = self.gate.as_ref().expect("checked above");
+        match started {
+            Ok(plan) => {
+                let name = plan.name.clone();
+                self.scan_names.push(name.clone());
+                gate.start_scan(plan);
+                Ok(name)
+            }
+            Err(e) => {
+                gate.unhold();
+                Err(e)
+            }
+        }
+    }
+
+    /// The plan of the scan `req` asks for, or why it cannot start; `from_seq` as
+    /// `Gate::hold` gave it.
+    fn plan_scan(
+        &self,
+        req: ScanRequest,
+        from_seq: Vec<u64>,
+    ) -> Result<plan::ScanPlan, ScanCommandError> {
         let (Some(gate), Some(disks), Some(setup)) = (&self.gate, &self.disks, &self.config.scans)
         else {
             return Err(ScanCommandError::NoDisks);
@@ -590,9 +620,7 @@ impl Recorder {
                 writer_cpus: affinity::writer_cpus(&affinity::allowed_cpus(), &self.capture_cpus),
             },
         );
-        self.scan_names.push(name.clone());
-        gate.start_scan(plan);
-        Ok(name)
+        Ok(plan::ScanPlan { from_seq, ..plan })
     }
 
     /// Ends the running scan now and waits until it is on disk; its summary. Scans queued
@@ -892,6 +920,48 @@ mod tests {
         assert!(run.invariant_holds, "{run:#?}");
         assert_eq!(run.scans.len(), 2);
         assert_eq!(run.bytes_written, 2990 * 8224);
+    }
+
+    #[test]
+    fn a_scan_starts_with_the_first_frame_after_its_command_however_long_the_command_takes() {
+        let ds = disks("first-frame", 2);
+        let mut rec = Recorder::start(scan_config(&ds, Format::Vbs)).unwrap();
+        let before = ds[0].parent().unwrap().join("before.vdif");
+        send(&rec, spec(), 500, "", &before);
+        // The command arrives (record=on), and 1000 frames come while it is worked out: as if
+        // the disks were slow to answer.
+        let gate = rec.gate.as_ref().unwrap();
+        let rings: Vec<_> = rec.streams.iter().map(|s| s.shared.ring()).collect();
+        let from = gate.hold(&rings);
+        let during = ds[0].parent().unwrap().join("during.vdif");
+        let later = SignalSpec {
+            start_second: Some(1001),
+            ..spec()
+        };
+        send(&rec, later, 1000, "", &during);
+        let req = ScanRequest {
+            name: "vgos1".into(),
+            start: None,
+            stop: None,
+        };
+        let plan = rec.plan_scan(req, from).unwrap();
+        rec.scan_names.push(plan.name.clone());
+        rec.gate.as_ref().unwrap().start_scan(plan);
+        let s = rec.stop_scan().unwrap();
+        assert!(s.ok, "{s:#?}");
+        assert_eq!(s.frames, 1000);
+        assert_eq!(gather_vbs(&ds, "vgos1").0, std::fs::read(&during).unwrap());
+        // A refused command lets the frames go on to be counted outside any scan.
+        let before_refusal = rec.stats();
+        let _ = rec.start_scan(ScanRequest {
+            name: "bad/name".into(),
+            start: None,
+            stop: None,
+        });
+        send(&rec, spec(), 200, "", &before);
+        let run = rec.stop();
+        assert!(run.invariant_holds, "{run:#?}");
+        assert_eq!(run.bytes_outside_scans, 700 * 8224, "{before_refusal:?}");
     }
 
     #[test]

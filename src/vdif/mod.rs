@@ -9,6 +9,7 @@
 //! The bottom of the tree: of the rest of the crate it uses only `options` (the error that
 //! names a bad parameter), so everything above reads frames the same way.
 
+pub mod catalogue;
 pub mod convert;
 pub mod cornerturn;
 pub mod decode;

@@ -20,6 +20,7 @@
 //! inside its file that is not whole frames, frames that change size, a broken Mark6 header)
 //! is an error that names the file.
 
+use super::catalogue::{self, Holding};
 use super::file::{FileError, VdifFile};
 use super::frames::FrameStore;
 use super::header::{Header, HeaderError};
@@ -30,9 +31,11 @@ use memmap2::Mmap;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{IsTerminal, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// Bytes read to parse a VDIF header (the longest, non-legacy, is 32).
@@ -56,6 +59,8 @@ pub enum ScanError {
         format: Option<Format>,
         disks: String,
     },
+    #[error("name: {pattern:?} is not a shell-style pattern ({reason}); use * for any text, ? for one character and [abc] for one of a set, and quote the pattern so the shell passes it on")]
+    Pattern { pattern: String, reason: String },
     #[error("format: scan {name} is on these disks in more than one format ({formats}); say which to read")]
     Ambiguous { name: String, formats: String },
     #[error("{what} {number} of scan {name} is in two files, {first} and {second}: remove the one that does not belong")]
@@ -145,26 +150,40 @@ pub struct PartGap {
 /// The parts a repair of scan `name` removed because they held no whole frame (torn as their
 /// writer began them), from the reports it left beside the scan on any of `disks`.
 pub fn emptied_by_repair(disks: &[PathBuf], name: &str, format: Format) -> BTreeSet<u64> {
+    disks
+        .iter()
+        .flat_map(|d| emptied_numbers(&layout::repair_path(d, name, format)))
+        .collect()
+}
+
+/// `emptied_by_repair`, from the reports the catalogue found.
+fn emptied_in(held: &[Holding], name: &str, format: Format) -> BTreeSet<u64> {
     let mut out = BTreeSet::new();
-    for d in disks {
-        let Ok(text) = std::fs::read_to_string(layout::repair_path(d, name, format)) else {
-            continue;
-        };
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
-            continue;
-        };
-        if let Some(a) = v.get("emptied").and_then(|x| x.as_array()) {
-            out.extend(a.iter().filter_map(|n| n.as_u64()));
-        }
+    for path in held.iter().filter_map(|h| h.repair(name, format)) {
+        out.extend(emptied_numbers(&path));
     }
     out
 }
 
+/// The part numbers a repair's report at `path` lists as emptied.
+fn emptied_numbers(path: &Path) -> Vec<u64> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return Vec::new();
+    };
+    v.get("emptied")
+        .and_then(|x| x.as_array())
+        .map(|a| a.iter().filter_map(|n| n.as_u64()).collect())
+        .unwrap_or_default()
+}
+
 /// How many chunks, blocks or files the recorder wrote for scan (or data stream) `name`, from
-/// the JSON summary it left beside the scan on any of `disks`; None where there is none.
-fn recorded_parts(disks: &[PathBuf], name: &str, format: Format) -> Option<u64> {
-    for d in disks {
-        let Ok(text) = std::fs::read_to_string(layout::summary_path(d, name, format)) else {
+/// the JSON summary it left beside the scan on any disk; None where there is none.
+fn recorded_parts(held: &[Holding], name: &str, format: Format) -> Option<u64> {
+    for path in held.iter().filter_map(|h| h.summary(name, format)) {
+        let Ok(text) = std::fs::read_to_string(path) else {
             continue;
         };
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
@@ -219,6 +238,8 @@ pub struct ScanLayout {
     /// part number (pieces whose part is not known last).
     pub torn: Vec<TornPiece>,
     pub frame_size: usize,
+    /// The recorder's summary or a repair's report lies beside it (`ScanSummary::closed`).
+    pub closed: bool,
 }
 
 /// What `vdifrec scans` lists of one scan.
@@ -248,12 +269,10 @@ pub struct ScanSummary {
 }
 
 /// Whether scan `name` was closed: the recorder's summary or a repair's report beside it on
-/// any of `disks`.
-pub fn is_closed(disks: &[PathBuf], name: &str, format: Format) -> bool {
-    disks.iter().any(|d| {
-        layout::summary_path(d, name, format).is_file()
-            || layout::repair_path(d, name, format).is_file()
-    })
+/// any disk.
+fn is_closed(held: &[Holding], name: &str, format: Format) -> bool {
+    held.iter()
+        .any(|h| h.summary(name, format).is_some() || h.repair(name, format).is_some())
 }
 
 /// The word for a part of each format, as messages use it.
@@ -284,6 +303,13 @@ pub fn runs(numbers: &[u64]) -> String {
     out.join(", ")
 }
 
+fn disk_error(e: catalogue::DiskError) -> ScanError {
+    ScanError::Io {
+        path: e.path,
+        source: e.source,
+    }
+}
+
 fn disk_list(disks: &[PathBuf]) -> String {
     disks
         .iter()
@@ -309,66 +335,6 @@ fn distinct_disks(disks: &[PathBuf]) -> Result<Vec<PathBuf>, ScanError> {
         }
     }
     Ok(out)
-}
-
-fn is_file(p: &Path) -> bool {
-    p.metadata().is_ok_and(|m| m.is_file())
-}
-
-/// The vbs chunk files of `scan` on one disk: (number, path). Other names are not the scan's.
-fn vbs_chunks(disk: &Path, scan: &str) -> Result<Vec<(u64, PathBuf)>, ScanError> {
-    let dir = layout::vbs_dir(disk, scan);
-    if !dir.is_dir() {
-        return Ok(Vec::new());
-    }
-    numbered_files(&dir, |n| layout::vbs_chunk_number(n, scan))
-}
-
-/// The files of a `file` scan on one disk: (part number, path), the first `<scan>.vdif` and any
-/// a size rotation started (`<scan>.0001.vdif`, …).
-fn file_parts(disk: &Path, scan: &str) -> Result<Vec<(u64, PathBuf)>, ScanError> {
-    numbered_files(disk, |n| layout::file_part_number(n, scan))
-}
-
-/// The plain files in `dir` whose names `number_of` reads a part number from.
-fn numbered_files(
-    dir: &Path,
-    number_of: impl Fn(&str) -> Option<u64>,
-) -> Result<Vec<(u64, PathBuf)>, ScanError> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(ScanError::io(dir))? {
-        let entry = entry.map_err(ScanError::io(dir))?;
-        let Some(n) = entry.file_name().to_str().and_then(&number_of) else {
-            continue;
-        };
-        if is_file(&entry.path()) {
-            found.push((n, entry.path()));
-        }
-    }
-    Ok(found)
-}
-
-/// Whether `path` starts with the Mark6 sync word.
-fn has_mk6_sync(path: &Path) -> bool {
-    let mut b = [0u8; 4];
-    File::open(path)
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok_and(|_| u32::from_le_bytes(b) == layout::MK6_SYNC)
-}
-
-/// The formats `scan` is found in on `disk`.
-fn formats_on(disk: &Path, scan: &str) -> Result<Vec<Format>, ScanError> {
-    let mut f = Vec::new();
-    if !file_parts(disk, scan)?.is_empty() {
-        f.push(Format::File);
-    }
-    if !vbs_chunks(disk, scan)?.is_empty() {
-        f.push(Format::Vbs);
-    }
-    if is_file(&layout::mk6_path(disk, scan)) {
-        f.push(Format::Mk6);
-    }
-    Ok(f)
 }
 
 /// A part as found on disk, before it is read as whole frames: `part.bytes` is what the file
@@ -515,10 +481,12 @@ fn read_up_to(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize
     Ok(n)
 }
 
-/// Open files, kept for reading the headers of many parts of the same file.
+/// The file last read, kept open for the headers of the next parts in it (a Mark6 file's
+/// blocks): one open file whatever the scan's size, so that a scan of thousands of chunks reads
+/// under the common limit of 1,024 open files.
 #[derive(Default)]
 struct Heads {
-    open: HashMap<PathBuf, File>,
+    open: Option<(PathBuf, File)>,
 }
 
 impl Heads {
@@ -528,28 +496,45 @@ impl Heads {
         path: &Path,
         offset: u64,
     ) -> Result<Result<Header, HeaderError>, ScanError> {
-        if !self.open.contains_key(path) {
-            let f = File::open(path).map_err(ScanError::io(path))?;
-            self.open.insert(path.to_path_buf(), f);
-        }
+        let file = match &self.open {
+            Some((p, f)) if p == path => f,
+            _ => {
+                let f = File::open(path).map_err(ScanError::io(path))?;
+                &self.open.insert((path.to_path_buf(), f)).1
+            }
+        };
         let mut b = [0u8; HEADER_BYTES];
-        let n = read_up_to(&self.open[path], offset, &mut b).map_err(ScanError::io(path))?;
+        let n = read_up_to(file, offset, &mut b).map_err(ScanError::io(path))?;
         Ok(Header::parse_unchecked(&b[..n]))
     }
 }
 
 impl ScanLayout {
-    /// Finds scan `name` on `disks`, in `format` or in the one format it is found in.
+    /// Finds scan `name` on `disks`, in `format` or in the one format it is found in. Only the
+    /// disks the catalogue says hold something of that name are read, and of them only what is
+    /// the scan's.
     pub fn locate(
         name: &str,
         disks: &[PathBuf],
         format: Option<Format>,
     ) -> Result<ScanLayout, ScanError> {
-        let disks = &distinct_disks(disks)?;
+        let disks = distinct_disks(disks)?;
+        let held = catalogue::holdings(name, &disks).map_err(disk_error)?;
+        Self::locate_in(name, &held, format)
+    }
+
+    /// `locate`, from what the disks were found to hold of the name.
+    fn locate_in(
+        name: &str,
+        held: &[Holding],
+        format: Option<Format>,
+    ) -> Result<ScanLayout, ScanError> {
+        let disks: Vec<PathBuf> = held.iter().map(|h| h.disk.clone()).collect();
+        let disks = &disks;
         let mut present: BTreeSet<&'static str> = BTreeSet::new();
         let mut formats = Vec::new();
-        for d in disks {
-            for f in formats_on(d, name)? {
+        for h in held {
+            for f in h.formats() {
                 if present.insert(f.name()) {
                     formats.push(f);
                 }
@@ -575,19 +560,22 @@ impl ScanLayout {
         let mut found: Vec<Found> = Vec::new();
         let mut torn: Vec<(TornPiece, Option<u64>)> = Vec::new();
         let mut frame_size_of_mk6: Vec<(PathBuf, usize)> = Vec::new();
-        for d in disks {
+        for h in held {
             match format {
                 Format::File | Format::Vbs => {
                     let parts = match format {
-                        Format::File => file_parts(d, name)?,
-                        _ => vbs_chunks(d, name)?,
+                        Format::File => &h.file_parts,
+                        _ => match &h.vbs {
+                            Some(v) => &v.chunks,
+                            None => continue,
+                        },
                     };
                     for (number, path) in parts {
-                        let bytes = path.metadata().map_err(ScanError::io(&path))?.len();
+                        let bytes = path.metadata().map_err(ScanError::io(path))?.len();
                         found.push(Found {
                             part: Part {
-                                number,
-                                path,
+                                number: *number,
+                                path: path.clone(),
                                 offset: 0,
                                 bytes,
                             },
@@ -596,9 +584,8 @@ impl ScanLayout {
                     }
                 }
                 Format::Mk6 => {
-                    let p = layout::mk6_path(d, name);
-                    if is_file(&p) {
-                        let file = mk6_file(&p)?;
+                    if let Some(p) = &h.mk6 {
+                        let file = mk6_file(p)?;
                         if let Some(fs) = file.frame_size {
                             frame_size_of_mk6.push((p.clone(), fs));
                         }
@@ -632,12 +619,12 @@ impl ScanLayout {
         }
         // Parts after the last one found are missing too when the recorder's summary beside
         // the scan says it wrote more (a disk not given that held the last chunks).
-        if let Some(n) = recorded_parts(disks, name, format) {
+        if let Some(n) = recorded_parts(held, name, format) {
             missing.extend(expect..n);
         }
         // Parts `scans --repair` removed because they held no whole frame are known to have
         // held nothing: no gap, and nothing to look for on another disk.
-        let emptied = emptied_by_repair(disks, name, format);
+        let emptied = emptied_in(held, name, format);
         missing.retain(|n| !emptied.contains(n));
         let mut heads = Heads::default();
         let frame_size = match first_frame_size(&mut heads, &found)? {
@@ -750,6 +737,7 @@ impl ScanLayout {
             missing,
             torn: pieces,
             frame_size,
+            closed: is_closed(held, name, format),
         })
     }
 
@@ -917,7 +905,7 @@ impl ScanLayout {
             frame_size: self.frame_size,
             first,
             last,
-            closed: is_closed(&self.disks, &self.name, self.format),
+            closed: self.closed,
             error: None,
         })
     }
@@ -1005,12 +993,75 @@ pub fn scan_frames(
 /// Every scan on `disks`, by name then format. A scan that cannot be read as it is is listed
 /// with its `error`; only a disk that cannot be read fails the listing.
 pub fn find_scans(disks: &[PathBuf]) -> Result<Vec<ScanSummary>, ScanError> {
-    let disks = &distinct_disks(disks)?;
-    let found = scan_names(disks)?;
-    Ok(found
-        .into_iter()
-        .map(|(name, format)| summarise(&name, format, disks))
-        .collect())
+    find_scans_matching(disks, None, None, false)
+}
+
+/// `find_scans` of the scans whose names match the shell-style `pattern` (`r1*`, `*_ds?`,
+/// `[ab]*`), in `format` where given: each disk is read once, side by side, and only the matching scans' files are
+/// opened. With `progress`, a listing that takes more than a second says how far it is on
+/// standard error when that is a terminal.
+pub fn find_scans_matching(
+    disks: &[PathBuf],
+    pattern: Option<&str>,
+    format: Option<Format>,
+    progress: bool,
+) -> Result<Vec<ScanSummary>, ScanError> {
+    let disks = distinct_disks(disks)?;
+    let pattern = compile_pattern(pattern)?;
+    let meter = Progress::new(progress);
+    let mut found = listed(&disks, &meter)?;
+    found.retain(|(name, f, _)| {
+        pattern.as_ref().is_none_or(|p| p.matches(name)) && format.is_none_or(|w| w == *f)
+    });
+    Ok(summarise_all(found, &meter))
+}
+
+/// A page of the names on a set of disks (`scan_names`).
+#[derive(Clone, Debug, Serialize)]
+pub struct NamePage {
+    /// Names matching, in all.
+    pub total: usize,
+    pub offset: usize,
+    pub names: Vec<String>,
+}
+
+/// The names at the top of `disks` as the catalogue holds them (`catalogue::names`), those
+/// matching the shell-style `pattern`, `limit` of them from the `offset`-th: for pages and
+/// commands that go through a season of scans a page at a time, and for `scan_set=` with a
+/// pattern. No disk is walked.
+pub fn scan_names(
+    disks: &[PathBuf],
+    pattern: Option<&str>,
+    offset: usize,
+    limit: Option<usize>,
+) -> Result<NamePage, ScanError> {
+    let disks = distinct_disks(disks)?;
+    let pattern = compile_pattern(pattern)?;
+    let mut names = catalogue::names(&disks).map_err(disk_error)?;
+    if let Some(p) = &pattern {
+        names.retain(|n| p.matches(n));
+    }
+    let total = names.len();
+    Ok(NamePage {
+        total,
+        offset,
+        names: names
+            .into_iter()
+            .skip(offset)
+            .take(limit.unwrap_or(usize::MAX))
+            .collect(),
+    })
+}
+
+fn compile_pattern(pattern: Option<&str>) -> Result<Option<glob::Pattern>, ScanError> {
+    pattern
+        .map(|p| {
+            glob::Pattern::new(p).map_err(|e| ScanError::Pattern {
+                pattern: p.to_string(),
+                reason: e.msg.to_string(),
+            })
+        })
+        .transpose()
 }
 
 /// The scans on `disks` that were never closed (`ScanSummary::closed`), newest first, listed
@@ -1021,47 +1072,104 @@ pub fn find_unclosed_scans(
     disks: &[PathBuf],
     most: usize,
 ) -> Result<(Vec<ScanSummary>, Vec<String>), ScanError> {
-    let disks = &distinct_disks(disks)?;
-    let mut found: Vec<(std::time::SystemTime, String, Format)> = scan_names(disks)?
+    let disks = distinct_disks(disks)?;
+    let meter = Progress::new(false);
+    let mut found: Vec<(std::time::SystemTime, Listed)> = listed(&disks, &meter)?
         .into_iter()
-        .filter(|(name, format)| !is_closed(disks, name, *format))
-        .map(|(name, format)| (last_modified(disks, &name, format), name, format))
+        .filter(|(name, format, held)| !is_closed(held, name, *format))
+        .map(|l| (last_modified(&l.2, &l.0, l.1), l))
         .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1 .0.cmp(&b.1 .0)));
     let rest = found.split_off(most.min(found.len()));
     Ok((
-        found
-            .into_iter()
-            .map(|(_, name, format)| summarise(&name, format, disks))
-            .collect(),
-        rest.into_iter().map(|(_, name, _)| name).collect(),
+        summarise_all(found.into_iter().map(|(_, l)| l).collect(), &meter),
+        rest.into_iter().map(|(_, (name, _, _))| name).collect(),
     ))
 }
 
-/// When scan `name` last changed on any of `disks` (its file, or its vbs directory).
-fn last_modified(disks: &[PathBuf], name: &str, format: Format) -> std::time::SystemTime {
-    disks
+/// A scan as a listing found it: its name, its layout, what each disk holds of it.
+type Listed = (String, Format, Vec<Holding>);
+
+/// Every scan on `disks` (each disk read once, side by side), by name then format.
+fn listed(disks: &[PathBuf], meter: &Progress) -> Result<Vec<Listed>, ScanError> {
+    meter.stage(&format!("reading {} disks", disks.len()));
+    let listings = catalogue::list(disks).map_err(disk_error)?;
+    let names: BTreeSet<(String, &'static str)> = listings
         .iter()
-        .map(|d| match format {
-            Format::File => layout::file_path(d, name),
-            Format::Vbs => layout::vbs_dir(d, name),
-            Format::Mk6 => layout::mk6_path(d, name),
+        .flat_map(|l| l.scans().map(|(n, f)| (n, f.name())))
+        .collect();
+    Ok(names
+        .into_iter()
+        .map(|(name, format)| {
+            let held = listings.iter().map(|l| l.holding(&name)).collect();
+            (name, Format::parse(format).expect("a format name"), held)
+        })
+        .collect())
+}
+
+/// When scan `name` last changed on any disk (its file, or its vbs directory).
+fn last_modified(held: &[Holding], name: &str, format: Format) -> std::time::SystemTime {
+    held.iter()
+        .filter_map(|h| match format {
+            Format::File => h.file_parts.first().map(|(_, p)| p.clone()),
+            Format::Vbs => h.vbs.as_ref().map(|_| layout::vbs_dir(&h.disk, name)),
+            Format::Mk6 => h.mk6.clone(),
         })
         .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
         .max()
         .unwrap_or(std::time::UNIX_EPOCH)
 }
 
+/// Every scan of `found` summarised, in order, several read at once (a listing spends its
+/// time waiting on the disks, one scan's files after another's).
+fn summarise_all(found: Vec<Listed>, meter: &Progress) -> Vec<ScanSummary> {
+    let total = found.len();
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, 8)
+        .min(total.max(1));
+    let mut out: Vec<(usize, ScanSummary)> = std::thread::scope(|s| {
+        let jobs: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some((name, format, held)) = found.get(i) else {
+                            break;
+                        };
+                        mine.push((i, summarise(name, *format, held)));
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        while !jobs.iter().all(|j| j.is_finished()) {
+            meter.count("read", done.load(Ordering::Relaxed), total, "scans");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        jobs.into_iter()
+            .flat_map(|j| j.join().expect("a scan reader does not panic"))
+            .collect()
+    });
+    meter.finish();
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, s)| s).collect()
+}
+
 /// One scan as `find_scans` lists it: read, or what was found and why it cannot be read.
-fn summarise(name: &str, format: Format, disks: &[PathBuf]) -> ScanSummary {
-    let summary = ScanLayout::locate(name, disks, Some(format)).and_then(|s| s.summary());
+fn summarise(name: &str, format: Format, held: &[Holding]) -> ScanSummary {
+    let summary = ScanLayout::locate_in(name, held, Some(format)).and_then(|s| s.summary());
     summary.unwrap_or_else(|e| ScanSummary {
         name: name.to_string(),
         format,
-        disks: disks
+        disks: held
             .iter()
-            .filter(|d| formats_on(d, name).is_ok_and(|f| f.contains(&format)))
-            .map(|d| d.display().to_string())
+            .filter(|h| h.formats().contains(&format))
+            .map(|h| h.disk.display().to_string())
             .collect(),
         bytes: 0,
         chunks: 0,
@@ -1071,47 +1179,49 @@ fn summarise(name: &str, format: Format, disks: &[PathBuf]) -> ScanSummary {
         frame_size: 0,
         first: None,
         last: None,
-        closed: is_closed(disks, name, format),
+        closed: is_closed(held, name, format),
         error: Some(e.to_string()),
     })
 }
 
-/// The names and formats of the scans on `disks`, from their directory listings (and the
-/// first bytes of each file, for Mark6's sync word).
-fn scan_names(disks: &[PathBuf]) -> Result<Vec<(String, Format)>, ScanError> {
-    let mut found: BTreeSet<(String, &'static str)> = BTreeSet::new();
-    for d in disks {
-        for entry in std::fs::read_dir(d).map_err(ScanError::io(d))? {
-            let entry = entry.map_err(ScanError::io(d))?;
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            let path = entry.path();
-            if path.is_dir() {
-                if !vbs_chunks(d, &name)?.is_empty() {
-                    found.insert((name, "vbs"));
-                }
-            } else if is_file(&path) {
-                // Mark6 files are known by their sync word (Mark6 itself names them
-                // `<exp>_<station>_<scan>.vdif`); other `.vdif` files are single-file scans.
-                if has_mk6_sync(&path) {
-                    found.insert((name, "mk6"));
-                } else if let Some(stem) = name.strip_suffix(".vdif") {
-                    // `<scan>.0001.vdif` is a part of `<scan>` (scan names hold no `.`).
-                    let scan = stem.split('.').next().unwrap_or(stem);
-                    let scan = match layout::file_part_number(&name, scan) {
-                        Some(_) => scan,
-                        None => stem,
-                    };
-                    found.insert((scan.to_owned(), "file"));
-                }
-            }
+/// How far a long listing is, on a terminal: nothing in the first second, then a line that is
+/// rewritten in place, cleared at the end.
+struct Progress {
+    on: bool,
+    start: Instant,
+    shown: std::sync::atomic::AtomicBool,
+}
+
+impl Progress {
+    fn new(wanted: bool) -> Progress {
+        Progress {
+            on: wanted && std::io::stderr().is_terminal(),
+            start: Instant::now(),
+            shown: std::sync::atomic::AtomicBool::new(false),
         }
     }
-    Ok(found
-        .into_iter()
-        .map(|(name, format)| (name, Format::parse(format).expect("a format name")))
-        .collect())
+
+    fn show(&self, text: &str) {
+        if !self.on || self.start.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.shown.store(true, Ordering::Relaxed);
+        eprint!("\r\x1b[Kscans: {text}");
+    }
+
+    fn stage(&self, text: &str) {
+        self.show(&format!("{text}…"));
+    }
+
+    fn count(&self, verb: &str, done: usize, total: usize, what: &str) {
+        self.show(&format!("{verb} {done} of {total} {what}"));
+    }
+
+    fn finish(&self) {
+        if self.shown.load(Ordering::Relaxed) {
+            eprint!("\r\x1b[K");
+        }
+    }
 }
 
 /// The bytes of a scan's parts one after another, read (not mapped): for one pass at disk

@@ -37,6 +37,9 @@ def add_scans(sub: Any) -> None:
     )
     p.add_argument("--format", choices=["file", "vbs", "mk6"],
                    help="list only the scans in this layout; with --repair, the scan's layout (default: detected)")
+    p.add_argument("--name", metavar="PATTERN",
+                   help="list only the scans whose names match this shell-style pattern ('r41*', '*_ds?', "
+                        "'no00[0-3]*'; quote it so that the shell passes it on); only their files are read")
     p.add_argument("--repair", metavar="SCAN", type=path,
                    help="cut this scan's torn pieces back to whole frames (only once no recorder writes it); "
                         "a second run cuts nothing")
@@ -70,11 +73,9 @@ def _run_scans(a: argparse.Namespace) -> int:
     if a.repair is not None:
         return _run_repair(a)
     try:
-        found = scans(a.disks)
+        found = scans(a.disks, name=a.name, format=a.format, progress=not a.json)
     except OSError as exc:
         raise UsageError(os_error(exc)) from None
-    if a.format is not None:
-        found = [s for s in found if s["format"] == a.format]
     if a.json:
         print(json.dumps(found, indent=1))
     else:

@@ -111,6 +111,8 @@ class Station:
         self.at_on: Stats | None = None
         self.stopping: threading.Thread | None = None
         self.pointer: ScanPointer | None = None
+        #: The text of the last ``scan_set=`` that searched (``scan_set=next`` searches on).
+        self.last_search: str | None = None
         self.d2f: Disk2File | None = None
         self.last_d2f: str | None = None
         self.dirty = False

@@ -26,6 +26,7 @@ use crate::record::ring::Ring;
 use crate::record::scan::disks::{ClosedScanFile, Disk, OpenScanFile, ScanOnDisk};
 use crate::record::scan::durable::DurableChunk;
 use crate::record::scan::window::FramePoint;
+use crate::vdif::catalogue;
 use crate::vdif::layout::{self, Format, Mk6BlockHeader, Mk6FileHeader};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -211,6 +212,7 @@ fn write_frames(
 fn write_vbs(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Written, Failed> {
     let dir = layout::vbs_dir(&disk.path, &out.name);
     std::fs::create_dir_all(&dir).map_err(|e| fail(&dir, "cannot create", e))?;
+    catalogue::made(&disk.path, &out.name);
     let path = layout::vbs_chunk_path(&disk.path, &out.name, job.number);
     let bytes = job.frames * out.frame_size as u64;
     let mut state = disk.state.lock().unwrap();
@@ -329,6 +331,9 @@ fn append_to_file(
         };
         let (file, direct, n) =
             diskio::create_new(&path, direct).map_err(|e| fail(&path, "cannot create", e))?;
+        if let Some(file_name) = path.file_name().and_then(|n| n.to_str()) {
+            catalogue::made(&disk.path, file_name);
+        }
         note = Some(n);
         let mut open = OpenScanFile::new(out.name.clone(), file, path, direct, part);
         if out.format == Format::Mk6 {

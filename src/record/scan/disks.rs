@@ -14,7 +14,8 @@ use crate::record::scan::durable::DurableChunk;
 use crate::record::scan::window::Window;
 use crate::record::scan::ScanSetup;
 use crate::record::target::{check_target, TargetError};
-use crate::vdif::layout::{self, Format};
+use crate::vdif::catalogue;
+use crate::vdif::layout;
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -300,28 +301,10 @@ pub fn open_disks(setup: &ScanSetup) -> Result<OpenedDisks, TargetError> {
 /// `wanted`, or with jive5ab's suffix when a scan of that name is on any disk (in any
 /// format) or was recorded in this run.
 pub fn unused_name(wanted: &str, disks: &DiskSet, used: &[String]) -> String {
-    // A split scan's data streams are `<name>_ds<key>`: those take the name too.
-    let data_stream_of = |entry: &std::ffi::OsStr, n: &str| {
-        entry
-            .to_str()
-            .and_then(|e| e.strip_prefix(n))
-            .is_some_and(|rest| rest.starts_with("_ds"))
-    };
-    let taken = |n: &str| {
-        used.iter().any(|u| u == n)
-            || disks.disks.iter().any(|d| {
-                [
-                    layout::file_path(&d.path, n),
-                    layout::vbs_dir(&d.path, n),
-                    layout::mk6_path(&d.path, n),
-                    layout::summary_path(&d.path, n, Format::File),
-                ]
-                .iter()
-                .any(|p| p.exists())
-                    || std::fs::read_dir(&d.path)
-                        .is_ok_and(|rd| rd.flatten().any(|e| data_stream_of(&e.file_name(), n)))
-            })
-    };
+    // The catalogue answers from what it holds (brought up to date by the kernel's events):
+    // no disk is walked, however many scans it holds.
+    let paths: Vec<PathBuf> = disks.disks.iter().map(|d| d.path.clone()).collect();
+    let taken = |n: &str| used.iter().any(|u| u == n) || catalogue::name_taken(n, &paths);
     if !taken(wanted) {
         return wanted.to_string();
     }

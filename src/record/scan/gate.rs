@@ -31,6 +31,7 @@ use crate::vdif::layout::{self, Format};
 use crate::vdif::time::{utc_unix, VdifTime};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -63,6 +64,8 @@ struct Board {
 
 pub struct Gate {
     commands: Sender<Command>,
+    /// Set from a scan's command until the gate takes it in (`hold`).
+    paused: Arc<AtomicBool>,
     board: Arc<(Mutex<Board>, Condvar)>,
     handle: Option<JoinHandle<()>>,
     /// The first stream's state, where the status reads the running scan's name.
@@ -80,6 +83,8 @@ impl Gate {
         let board = Arc::new((Mutex::new(Board::default()), Condvar::new()));
         let shared = streams[0].1.clone();
         let b = board.clone();
+        let paused = Arc::new(AtomicBool::new(false));
+        let p = paused.clone();
         let handle = std::thread::Builder::new()
             .name("vdifrec-gate".into())
             .spawn(move || {
@@ -104,6 +109,7 @@ impl Gate {
                     written_before: 0,
                     disks_shown: None,
                     head_shown: None,
+                    paused: p,
                 };
                 g.run();
                 let (m, cv) = &*b;
@@ -112,6 +118,7 @@ impl Gate {
             })?;
         Ok(Gate {
             commands: tx,
+            paused,
             board,
             handle: Some(handle),
             shared,
@@ -132,6 +139,27 @@ impl Gate {
     /// Every scan running or queued, in order, with its window.
     pub fn queued(&self) -> Vec<(String, Window)> {
         self.board.0.lock().unwrap().active.clone()
+    }
+
+    /// Holds every frame that has not arrived yet for the scan about to be commanded: the
+    /// gate looks at no frame past each ring's write index now (the indices returned, for the
+    /// plan's `from_seq`) until it takes in the next `start_scan` (or `unhold`), so that a scan
+    /// starts with the first frame after its command however long the command takes.
+    ///
+    /// Exact by ordering, with no wait: the gate reads a ring's write index before it looks
+    /// whether it is held, and a pass that found it not held therefore read an index no later
+    /// than the one read here after holding.
+    pub fn hold(&self, rings: &[Option<Arc<Ring>>]) -> Vec<u64> {
+        self.paused.store(true, Ordering::SeqCst);
+        rings
+            .iter()
+            .map(|r| r.as_ref().map_or(0, |r| r.write_seq()))
+            .collect()
+    }
+
+    /// Lets the gate go on after a `hold` that led to no scan (the command was refused).
+    pub fn unhold(&self) {
+        self.paused.store(false, Ordering::SeqCst);
     }
 
     pub fn start_scan(&self, plan: ScanPlan) {
@@ -311,6 +339,8 @@ struct GateLoop {
     disks_shown: Option<Vec<usize>>,
     /// The scan the status was last told of (the first active one).
     head_shown: Option<String>,
+    /// A scan's command is on its way (`Gate::hold`): look at no new frame.
+    paused: Arc<AtomicBool>,
 }
 
 impl GateLoop {
@@ -439,6 +469,11 @@ impl GateLoop {
         }
         let ring = input.ring.clone().expect("laid out");
         let end = ring.write_seq();
+        // After the write index (see `Gate::hold`): held, the frames from here on wait for
+        // the scan being commanded.
+        if self.paused.load(Ordering::SeqCst) {
+            return false;
+        }
         let pos = input.pos;
         let upto = end.min(pos + FRAMES_PER_PASS);
         for seq in pos..upto {
@@ -542,6 +577,7 @@ impl GateLoop {
             }
         }
         self.active.push(a);
+        self.paused.store(false, Ordering::SeqCst);
     }
 
     fn publish(&mut self, s: ScanSummary) {
@@ -834,6 +870,10 @@ impl Active {
         point: FramePoint,
         now_wall: f64,
     ) -> bool {
+        if self.plan.from_seq.get(k).is_some_and(|&from| seq < from) {
+            // Arrived before the scan's command.
+            return false;
+        }
         match self.plan.window.place(point) {
             Place::Before => false,
             Place::After => {

@@ -26,6 +26,9 @@ pub struct ScanPlan {
     pub split: Option<Split>,
     pub writer_cpus: Vec<usize>,
     pub notes: Vec<String>,
+    /// Each stream's ring write index when the scan was commanded (`Gate::hold`): the frames
+    /// below it arrived before the command and are no part of the scan. Empty: none held.
+    pub from_seq: Vec<u64>,
 }
 
 /// Writer threads for a stream of `bits_per_second`: one per 5 Gbit/s plus one, as FlexBuff
@@ -125,6 +128,7 @@ pub fn plan(setup: &ScanSetup, disks: &DiskSet, asked: Asked) -> ScanPlan {
         split: setup.split,
         writer_cpus,
         notes,
+        from_seq: Vec::new(),
     }
 }
 

@@ -28,21 +28,7 @@ def scan_set(st: Station, c: Command) -> Reply:
         return reply(c, _session_index(st, p.name), p.name, p.start, p.end)
     st.await_drain()
     st.idle_only(c)
-    which = c.param(0)
-    if not which:
-        if not st.session:
-            raise Problem(Code.CONFLICT, "there are no scans recorded in this session")
-        name = st.session[-1]
-    elif which.isdigit() and 1 <= int(which) <= len(st.session):
-        name = st.session[int(which) - 1]
-    elif which in ("inc", "dec"):
-        if not st.session:
-            raise Problem(Code.CONFLICT, f"there is no recorded scan to {'increment' if which == 'inc' else 'decrement'} from")
-        k = _session_index(st, st.pointer.name) if st.pointer else -1
-        name = st.session[(k + (1 if which == "inc" else -1)) % len(st.session)]
-    else:
-        hits = [s for s in st.session if which.lower() in s.lower()]
-        name = hits[0] if hits else which
+    name = _choose(st, c.param(0))
     length = int(_scan_on_disk(st, name)["bytes"])
     start = _offset(c.param(1), 0, length, length, "start")
     end = _offset(c.param(2), start, length, length, "stop") if c.param(2) else length
@@ -50,6 +36,58 @@ def scan_set(st: Station, c: Command) -> Reply:
         raise Problem(Code.BAD_PARAMETER, "scan pointer offset(s) are out of bound")
     st.pointer = ScanPointer(name, start, end)
     return reply(c)
+
+
+def _choose(st: Station, which: str) -> str:
+    """The scan ``scan_set=<which>`` names, as jive5ab 3.1 chooses it on FlexBuff and Mark6:
+    nothing (the session's last scan), ``inc``/``dec`` (the next or previous of the session's,
+    round), a number (the session's scans counted from 1, oldest first), ``next`` (the next scan
+    the last search matches, after the one set), text found in a session scan's name (ignoring
+    case, oldest first), else a scan on the disks by its exact name or a shell-style pattern
+    (``r41*``: the first match by name). Only the catalogue of the disks is asked, never a walk."""
+    if not which:
+        if not st.session:
+            raise Problem(Code.CONFLICT, "there are no scans recorded in this session")
+        return st.session[-1]
+    if which in ("inc", "dec"):
+        if not st.session:
+            raise Problem(Code.CONFLICT, f"there is no recorded scan to {'increment' if which == 'inc' else 'decrement'} from")
+        k = _session_index(st, st.pointer.name) if st.pointer else -1
+        return st.session[(k + (1 if which == "inc" else -1)) % len(st.session)]
+    number = _session_number(which)
+    if number is not None and 1 <= number <= len(st.session):
+        return st.session[number - 1]
+    if which == "next":
+        if st.last_search is None:
+            raise Problem(Code.ERROR, "no search string given yet")
+        return _search(st, st.last_search, after=st.pointer.name if st.pointer else None)
+    st.last_search = which
+    return _search(st, which, after=None)
+
+
+def _session_number(text: str) -> int | None:
+    """``text`` as a whole number (``3``, ``+2``, ``007``), as C's strtol reads it whole."""
+    body = text[1:] if text[:1] in "+-" else text
+    return int(text) if body.isdigit() else None
+
+
+def _is_pattern(text: str) -> bool:
+    return any(ch in text for ch in "*?[")
+
+
+def _search(st: Station, text: str, after: str | None) -> str:
+    """The first scan, after scan ``after`` (round to the start), that search ``text`` finds:
+    in the session's scans by the text in their names, else on the disks by name or pattern."""
+    hits = [s for s in st.session if text.lower() in s.lower()]
+    if not hits and _is_pattern(text):
+        hits = json.loads(_core.scan_names(st.all_disks, text))["names"]
+    if not hits:
+        if after is not None:
+            raise Problem(Code.ERROR, f"no further scan matches '{text}'")
+        return text
+    if after in hits:
+        return hits[(hits.index(after) + 1) % len(hits)]
+    return hits[0]
 
 
 def _offset(text: str, base: int, length: int, default: int, what: str) -> int:
@@ -60,12 +98,25 @@ def _offset(text: str, base: int, length: int, default: int, what: str) -> int:
     fixed = {"s": 0, "c": length // 2, "e": max(length - 1_000_000, 0), "s+": 65536}
     if text in fixed:
         return fixed[text]
-    if text[0] in "+-" and text[1:].isdigit():
-        n = int(text[1:])
+    n = _byte_count(text[1:]) if text[0] in "+-" else None
+    if n is not None:
         return base + n if text[0] == "+" else length - n
-    if text.isdigit():
+    if _byte_count(text) is not None:
         raise Problem(Code.BAD_PARAMETER, "only relative byte numbers allowed in this command - +N from the start, -N from the end")
     raise Problem(Code.BAD_PARAMETER, f"{what} '{text}' - give s, c, e, +<bytes> or -<bytes>")
+
+
+def _byte_count(text: str) -> int | None:
+    """A byte count as C's strtoll reads it with base 0: ``4096``, ``0x1000``, ``010`` (octal)."""
+    t = text.lower()
+    try:
+        if t.startswith("0x"):
+            return int(t[2:], 16)
+        if len(t) > 1 and t.startswith("0"):
+            return int(t[1:], 8)
+        return int(t, 10) if t.isdigit() else None
+    except ValueError:
+        return None
 
 
 def scan_check(st: Station, c: Command) -> Reply:
