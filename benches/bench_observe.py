@@ -54,6 +54,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import vdifrec
@@ -169,11 +170,16 @@ def choose_base(scan_s: float) -> tuple[Path, str]:
 
 
 class Reaper:
-    """Deletes the closed vbs chunks of every scan under `disk` as they close (one writer: a
-    chunk is closed once one numbered two higher exists), and a whole scan once it is done."""
+    """Deletes the closed vbs chunks of every scan under `disks` as they close, and a whole scan
+    once it is done. A chunk is taken as closed once one numbered `behind` higher exists on any
+    disk (2 with one writer; deleting one a writer still fills costs nothing measured here: the
+    file goes once the writer closes it). With `names`, only the scans it names (disks holding
+    many other scans are not listed)."""
 
-    def __init__(self, disk: Path) -> None:
-        self.disk = disk
+    def __init__(self, disks: Path | list[Path], names: Callable[[], list[str]] | None = None, behind: int = 2) -> None:
+        self.disks = [disks] if isinstance(disks, Path) else list(disks)
+        self.names = names
+        self.behind = behind
         self.done: set[str] = set()
         self.deleted = 0
         self.lock = threading.Lock()
@@ -183,16 +189,23 @@ class Reaper:
 
     def run(self) -> None:
         while not self.stop.is_set():
-            for scan in [p for p in self.disk.iterdir() if p.is_dir()]:
+            if self.names is None:
+                names = sorted({p.name for d in self.disks for p in d.iterdir() if p.is_dir()})
+            else:
+                names = self.names()
+            for name in names:
                 found: dict[int, Path] = {}
-                for p in scan.glob(f"{scan.name}.0*"):
-                    try:
-                        found[int(p.name.rsplit(".", 1)[1])] = p
-                    except ValueError:
+                for d in self.disks:
+                    if not (d / name).is_dir():
                         continue
+                    for p in (d / name).glob(f"{name}.0*"):
+                        try:
+                            found[int(p.name.rsplit(".", 1)[1])] = p
+                        except ValueError:
+                            continue
                 top = max(found, default=-1)
                 for n, p in found.items():
-                    if n + 2 <= top:
+                    if n + self.behind <= top:
                         p.unlink(missing_ok=True)
                         self.deleted += 1
             time.sleep(0.2)
@@ -201,7 +214,8 @@ class Reaper:
         with self.lock:
             if name not in self.done:
                 self.done.add(name)
-                shutil.rmtree(self.disk / name, ignore_errors=True)
+                for d in self.disks:
+                    shutil.rmtree(d / name, ignore_errors=True)
 
     def finish(self) -> None:
         self.stop.set()
@@ -249,25 +263,40 @@ def in_windows(summary: vdifrec.Summary, t0: float, t1: float) -> tuple[int, int
     return sum(r.received for r in rows), sum(r.ring_overflow for r in rows)
 
 
-def observe_run(n: int, scan_s: float, ring: str) -> dict[str, Any]:
-    disk, where = choose_base(scan_s)
-    reaper = Reaper(disk)
+def observe_run(n: int, scan_s: float, ring: str, disks: list[Path] | None = None) -> dict[str, Any]:
+    """One observe run onto a disk of its own, or onto `disks` (which may hold other scans)."""
+    session: Session
+    if disks is None:
+        disk, where = choose_base(scan_s)
+        targets, reapers = [disk], [Reaper(disk)]
+    else:
+        where = f"{len(disks)} disks holding other scans"
+        targets = disks
+
+        def ours() -> list[str]:
+            try:
+                return [r.disk_name for r in list(session.summary.scans) if r.disk_name]
+            except NameError:  # the session is not made yet
+                return []
+
+        reapers = [Reaper(disks, ours, behind=4)]
     folder = Path(tempfile.mkdtemp(prefix="bench-observe-vex-"))
     try:
         t0 = first_window(ring)
         t1 = t0 + n * scan_s
         vex = schedule(folder, t0, n, scan_s)
         listening = threading.Event()
-        session: Session
 
         def on_line(line: str) -> None:
             if line.startswith("listening on "):
                 listening.set()
             for r in session.summary.scans:
                 if r.summary is not None:
-                    reaper.scan_done(r.disk_name)
+                    for reaper in reapers:
+                        reaper.scan_done(r.disk_name)
 
-        session = Session(vdifrec.Schedule.read(vex), "Ky", recorder_options(ring), [str(disk)], on_line=on_line)
+        session = Session(vdifrec.Schedule.read(vex), "Ky", recorder_options(ring), [str(d) for d in targets],
+                          on_line=on_line)
         out: dict[str, Any] = {}
 
         def run() -> None:
@@ -294,8 +323,14 @@ def observe_run(n: int, scan_s: float, ring: str) -> dict[str, Any]:
             raise RuntimeError(f"the session failed: {out['error']}") from out["error"]
         rec = session.recorder.stop()  # the summary the session's own stop() made
     finally:
-        reaper.finish()
-        shutil.rmtree(disk, ignore_errors=True)
+        for reaper in reapers:
+            reaper.finish()
+        if disks is None:
+            shutil.rmtree(targets[0], ignore_errors=True)
+        else:
+            for d in disks:
+                for name in (r.disk_name for r in session.summary.scans if r.disk_name):
+                    shutil.rmtree(d / name, ignore_errors=True)
         shutil.rmtree(folder, ignore_errors=True)
     results = out["summary"].scans
     scans = [r.summary for r in results]

@@ -59,9 +59,15 @@ TINY = {
     "BENCH_FORWARD_FPS": "10000",
     "BENCH_FORWARD_REPEATS": "1",
     "BENCH_FORWARD_RING": "256MiB",
+    "BENCH_CATALOGUE_SCANS": "20,60",
+    "BENCH_CATALOGUE_DISKS": "4",
+    "BENCH_CATALOGUE_REPEATS": "1",
+    "BENCH_CATALOGUE_COMMANDS": "1",
+    "BENCH_CATALOGUE_MK6": "20",
+    "BENCH_CATALOGUE_OBSERVE_SECONDS": "0",
 }
 
-BENCHES = ["decode", "cornerturn", "spectrum", "monitor", "status", "live", "backends", "record", "scans", "vsi", "dask", "push", "observe", "forward"]
+BENCHES = ["decode", "cornerturn", "spectrum", "monitor", "status", "live", "backends", "record", "scans", "vsi", "dask", "push", "observe", "forward", "catalogue"]
 
 
 def main(argv: list[str]) -> int:

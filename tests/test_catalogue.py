@@ -53,7 +53,11 @@ def another_program(code: str) -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-def test_commands_see_what_another_program_did_between_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("watch", ["inotify", "directory times"])
+def test_commands_see_what_another_program_did_between_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            watch: str) -> None:
+    if watch != "inotify":
+        monkeypatch.setenv("VDIFREC_CATALOGUE_WATCH", "0")
     serve = Serve(tmp_path)
     try:
         data = stream(tmp_path, 120)
@@ -128,6 +132,15 @@ def test_scan_set_finds_scans_by_pattern_and_next_as_jive5ab_does(tmp_path: Path
         assert serve.one(f"scan_set=r42_kv_no0001:+{FS:#x}:-{FS}").code == 0
         assert serve.one("scan_set?").fields == ("-1", "r42_kv_no0001", str(FS), str(19 * FS))
         assert serve.one("scan_set=r42_kv_no0001:+0x").code == 8
+        # Times, as jive5ab reads them, need the data rate: from the mode (100 frames/s of 1024
+        # bytes of payload, both threads together).
+        r = serve.one("scan_set=r42_kv_no0001:+0.05s")
+        assert r.code == 6 and "could not deduce recorded data rate" in r.fields[0], r
+        assert serve.one("mode=VDIF_1024-0.8192-2-2").code == 0
+        assert serve.one("scan_set=r42_kv_no0001:+0.05s:-0.02s").code == 0
+        assert serve.one("scan_set?").fields == ("-1", "r42_kv_no0001", str(5 * FS), str(18 * FS))
+        assert serve.one("scan_set=r42_kv_no0001:16m40.1s").code == 0  # its first frame is at 00:16:40
+        assert serve.one("scan_set?").fields[2] == str(10 * FS)
     finally:
         serve.stop()
 

@@ -441,6 +441,43 @@ def test_the_header_names_the_disks_a_scan_is_written_to(browser: Browser, tmp_p
             rec.stop()
 
 
+def test_the_scans_on_the_disks_come_a_page_at_a_time(browser: Browser, tmp_path: Path) -> None:
+    import vdifrec
+
+    disks = [tmp_path / f"disk{i}" for i in range(2)]
+    for i, d in enumerate(disks):
+        for k in range(130):
+            (d / f"r41_kv_no{k:04d}").mkdir(parents=True)
+            (d / f"r41_kv_no{k:04d}" / f"r41_kv_no{k:04d}.{i:08d}").write_bytes(b"")
+    rec = vdifrec.Recorder(port=0, ring="64MiB", frame_size=8224, disks=[str(d) for d in disks],
+                           status_listen="127.0.0.1:0", live=False)
+    rec.start()
+    try:
+        assert rec.status_address is not None
+        base = "http://%s:%d" % rec.status_address
+        doc = get_status(base)
+        assert doc["catalogue"]["names"] >= 130 and doc["catalogue"]["disks"] >= 2
+        browser.open(base + "/")
+        browser.wait_for("document.getElementById('disk-scans-range').textContent.includes('of 130')", timeout=20)
+        names = browser.evaluate("document.getElementById('disk-scans-names').textContent").split()
+        assert names == [f"r41_kv_no{k:04d}" for k in range(40)]
+        browser.evaluate("document.getElementById('disk-scans-next').click()")
+        browser.wait_for("document.getElementById('disk-scans-range').textContent.startsWith('41')", timeout=20)
+        names = browser.evaluate("document.getElementById('disk-scans-names').textContent").split()
+        assert names == [f"r41_kv_no{k:04d}" for k in range(40, 80)]
+        # A pattern, as an operator types it: only the matching names, counted.
+        browser.evaluate("const e = document.getElementById('disk-scans-name'); e.value = 'r41_kv_no00[0-1]?';"
+                         "e.dispatchEvent(new Event('change'))")
+        browser.wait_for("document.getElementById('disk-scans-range').textContent === '1–20 of 20'", timeout=20)
+        # The page asked for a page, never for all: /scans answers at most 500 names.
+        with urllib.request.urlopen(base + "/scans?limit=100000", timeout=10) as r:
+            assert len(json.loads(r.read())["names"]) == 130
+        browser.drain()
+        assert browser.errors == []
+    finally:
+        rec.stop()
+
+
 def test_the_schedule_shows_the_scan_now_the_next_and_the_results(browser: Browser, tmp_path: Path) -> None:
     import time
 

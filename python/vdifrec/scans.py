@@ -76,6 +76,20 @@ def scans(
     return listed
 
 
+def find_scan(name: str, disks: Disks, *, format: str | None = None) -> dict[str, Any] | None:  # noqa: A002
+    """Scan ``name`` as :func:`scans` lists it, found by its name alone (only its own files
+    are read, however many scans the disks hold); None where no disk holds it. A scan that
+    cannot be read as it is comes with its ``error`` and ``closed`` False."""
+    try:
+        found: dict[str, Any] = json.loads(_core.scan_info(name, expand_disks(disks), format))
+    except FileNotFoundError:
+        return None
+    except (_core.FormatError, _core.ArgumentError) as exc:
+        return {"name": name, "error": str(exc), "closed": False, "first": None, "last": None,
+                "missing": [], "torn": []}
+    return found
+
+
 def gather(
     scan: str,
     disks: Disks,

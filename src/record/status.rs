@@ -58,6 +58,10 @@ struct Status<'a> {
     /// Scans no recorder closed that were on the disks when the recorder started (a crash
     /// left them): name, format, disks, whole frames and bytes, torn bytes, the note.
     unclosed_scans: Vec<crate::record::scan::unclosed::UnclosedScan>,
+    /// What the process knows of the disks (`vdif::catalogue`): disks read, names at their
+    /// tops, summaries noted, and whether the kernel reports their changes. The names
+    /// themselves come a page at a time from `GET /scans`.
+    catalogue: crate::vdif::catalogue::Size,
     /// The observation a schedule drives (`vdifrec observe`): the scan recording now, the
     /// next, those finished with their results; null when no schedule drives the recorder.
     observation: Option<crate::record::observing::Observation>,
@@ -200,8 +204,9 @@ fn handle(
     let line = head.lines().next().unwrap_or("");
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
     let (code, kind, body) = match (method, path) {
+        ("GET", "/scans") => ("200 OK", "application/json", scans_json(disks, query)),
         ("GET", "/status") => (
             "200 OK",
             "application/json",
@@ -217,7 +222,8 @@ fn handle(
         ("GET", _) => (
             "404 Not Found",
             "text/plain; charset=utf-8",
-            "not found: try / (the page), /status, /history or /metrics\n".to_string(),
+            "not found: try / (the page), /status, /history, /metrics or /scans?offset=0&limit=50&name=PATTERN\n"
+                .to_string(),
         ),
         _ => (
             "405 Method Not Allowed",
@@ -242,6 +248,64 @@ fn iso(unix: f64) -> String {
     .iso()
 }
 
+/// Most names one `GET /scans` returns: a page, never a season.
+const MOST_NAMES: usize = 500;
+
+/// `GET /scans?offset=N&limit=N&name=PATTERN`: a page of the scan names on the recorder's disks
+/// as the catalogue holds them (no disk is walked), with how many match in all.
+fn scans_json(disks: &[PathBuf], query: &str) -> String {
+    let (mut offset, mut limit, mut pattern) = (0usize, 50usize, None::<String>);
+    for pair in query.split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decoded(value);
+        match key {
+            "offset" => offset = value.parse().unwrap_or(0),
+            "limit" => limit = value.parse().unwrap_or(50),
+            "name" if !value.is_empty() => pattern = Some(value),
+            _ => {}
+        }
+    }
+    if disks.is_empty() {
+        return r#"{"total": 0, "offset": 0, "names": []}"#.to_string();
+    }
+    let page = crate::vdif::scan::scan_names(
+        disks,
+        pattern.as_deref(),
+        offset,
+        Some(limit.min(MOST_NAMES)),
+    );
+    match page {
+        Ok(p) => serde_json::to_string(&p).unwrap_or_default(),
+        Err(e) => serde_json::json!({ "error": e.to_string() }).to_string(),
+    }
+}
+
+/// `%2A` → `*`, `+` → space: a query value as a browser sends it.
+fn percent_decoded(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(v) => {
+                        out.push(v);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The JSON document of `GET /status`, with `disks` as their file systems report them now.
 pub fn status_json(streams: &[Arc<Shared>], disks: &[DiskSpace], rates: Rates) -> String {
     let shared = &streams[0];
@@ -257,6 +321,7 @@ pub fn status_json(streams: &[Arc<Shared>], disks: &[DiskSpace], rates: Rates) -
         // The snapshot's, read before its bytes written: never more than they.
         scan_durable: stats.scan_durable.as_ref(),
         unclosed_scans: shared.unclosed_scans(),
+        catalogue: crate::vdif::catalogue::size(),
         observation: shared.observation(),
         disk_fill: diskspace::fullest(disks),
         disks,
@@ -761,6 +826,47 @@ fn latency_histogram(out: &mut String, stages: &[crate::record::latency::Histogr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scans_on_the_disks_are_served_a_page_at_a_time() {
+        let root =
+            std::env::temp_dir().join(format!("vdifrec-status-scans-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let disks: Vec<PathBuf> = (0..2).map(|i| root.join(format!("d{i}"))).collect();
+        for (i, d) in disks.iter().enumerate() {
+            for k in 0..1200 {
+                let dir = d.join(format!("s{k:04}"));
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(dir.join(format!("s{k:04}.{i:08}")), b"").unwrap();
+            }
+        }
+        let page = |q: &str| -> serde_json::Value {
+            serde_json::from_str(&scans_json(&disks, q)).unwrap()
+        };
+        let p = page("offset=1190&limit=50");
+        assert_eq!(p["total"], 1200);
+        let names: Vec<&str> = p["names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            (1190..1200).map(|k| format!("s{k:04}")).collect::<Vec<_>>()
+        );
+        let p = page("name=s001%2A&limit=3");
+        assert_eq!(p["total"], 10);
+        assert_eq!(p["names"], serde_json::json!(["s0010", "s0011", "s0012"]));
+        // Never the whole season in one answer.
+        assert_eq!(
+            page("limit=100000")["names"].as_array().unwrap().len(),
+            MOST_NAMES
+        );
+        assert!(page("name=s[").get("error").is_some());
+        assert_eq!(percent_decoded("r41%5Fkv%2A+x%zz"), "r41_kv* x%zz");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     fn disk(path: &str, fill: Option<f64>) -> DiskSpace {
         DiskSpace {

@@ -563,19 +563,23 @@ impl ScanLayout {
         for h in held {
             match format {
                 Format::File | Format::Vbs => {
-                    let parts = match format {
-                        Format::File => &h.file_parts,
+                    let parts: Vec<(u64, PathBuf)> = match format {
+                        Format::File => h.file_parts.clone(),
                         _ => match &h.vbs {
-                            Some(v) => &v.chunks,
+                            Some(v) => v
+                                .chunks
+                                .iter()
+                                .map(|&n| (n, layout::vbs_chunk_path(&h.disk, name, n)))
+                                .collect(),
                             None => continue,
                         },
                     };
                     for (number, path) in parts {
-                        let bytes = path.metadata().map_err(ScanError::io(path))?.len();
+                        let bytes = path.metadata().map_err(ScanError::io(&path))?.len();
                         found.push(Found {
                             part: Part {
-                                number: *number,
-                                path: path.clone(),
+                                number,
+                                path,
                                 offset: 0,
                                 bytes,
                             },
@@ -1010,10 +1014,10 @@ pub fn find_scans_matching(
     let pattern = compile_pattern(pattern)?;
     let meter = Progress::new(progress);
     let mut found = listed(&disks, &meter)?;
-    found.retain(|(name, f, _)| {
+    found.scans.retain(|(name, f)| {
         pattern.as_ref().is_none_or(|p| p.matches(name)) && format.is_none_or(|w| w == *f)
     });
-    Ok(summarise_all(found, &meter))
+    Ok(summarise_all(&found, &meter))
 }
 
 /// A page of the names on a set of disks (`scan_names`).
@@ -1074,37 +1078,57 @@ pub fn find_unclosed_scans(
 ) -> Result<(Vec<ScanSummary>, Vec<String>), ScanError> {
     let disks = distinct_disks(disks)?;
     let meter = Progress::new(false);
-    let mut found: Vec<(std::time::SystemTime, Listed)> = listed(&disks, &meter)?
-        .into_iter()
-        .filter(|(name, format, held)| !is_closed(held, name, *format))
-        .map(|l| (last_modified(&l.2, &l.0, l.1), l))
+    let mut found = listed(&disks, &meter)?;
+    let mut unclosed: Vec<(std::time::SystemTime, String, Format)> = found
+        .scans
+        .iter()
+        .filter_map(|(name, format)| {
+            let held = found.held(name);
+            (!is_closed(&held, name, *format))
+                .then(|| (last_modified(&held, name, *format), name.clone(), *format))
+        })
         .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1 .0.cmp(&b.1 .0)));
-    let rest = found.split_off(most.min(found.len()));
+    unclosed.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let rest = unclosed.split_off(most.min(unclosed.len()));
+    found.scans = unclosed.into_iter().map(|(_, n, f)| (n, f)).collect();
     Ok((
-        summarise_all(found.into_iter().map(|(_, l)| l).collect(), &meter),
-        rest.into_iter().map(|(_, (name, _, _))| name).collect(),
+        summarise_all(&found, &meter),
+        rest.into_iter().map(|(_, name, _)| name).collect(),
     ))
 }
 
-/// A scan as a listing found it: its name, its layout, what each disk holds of it.
-type Listed = (String, Format, Vec<Holding>);
+/// What a listing read of the disks, and the scans it found there (by name then format).
+struct Listing {
+    disks: Vec<catalogue::DiskListing>,
+    scans: Vec<(String, Format)>,
+}
+
+impl Listing {
+    /// What the disks hold of scan `name`: only the disks that hold something of it.
+    fn held(&self, name: &str) -> Vec<Holding> {
+        self.disks
+            .iter()
+            .map(|l| l.holding(name))
+            .filter(|h| !h.is_empty())
+            .collect()
+    }
+}
 
 /// Every scan on `disks` (each disk read once, side by side), by name then format.
-fn listed(disks: &[PathBuf], meter: &Progress) -> Result<Vec<Listed>, ScanError> {
+fn listed(disks: &[PathBuf], meter: &Progress) -> Result<Listing, ScanError> {
     meter.stage(&format!("reading {} disks", disks.len()));
     let listings = catalogue::list(disks).map_err(disk_error)?;
     let names: BTreeSet<(String, &'static str)> = listings
         .iter()
         .flat_map(|l| l.scans().map(|(n, f)| (n, f.name())))
         .collect();
-    Ok(names
-        .into_iter()
-        .map(|(name, format)| {
-            let held = listings.iter().map(|l| l.holding(&name)).collect();
-            (name, Format::parse(format).expect("a format name"), held)
-        })
-        .collect())
+    Ok(Listing {
+        disks: listings,
+        scans: names
+            .into_iter()
+            .map(|(name, format)| (name, Format::parse(format).expect("a format name")))
+            .collect(),
+    })
 }
 
 /// When scan `name` last changed on any disk (its file, or its vbs directory).
@@ -1122,8 +1146,8 @@ fn last_modified(held: &[Holding], name: &str, format: Format) -> std::time::Sys
 
 /// Every scan of `found` summarised, in order, several read at once (a listing spends its
 /// time waiting on the disks, one scan's files after another's).
-fn summarise_all(found: Vec<Listed>, meter: &Progress) -> Vec<ScanSummary> {
-    let total = found.len();
+fn summarise_all(found: &Listing, meter: &Progress) -> Vec<ScanSummary> {
+    let total = found.scans.len();
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let workers = std::thread::available_parallelism()
@@ -1137,10 +1161,10 @@ fn summarise_all(found: Vec<Listed>, meter: &Progress) -> Vec<ScanSummary> {
                     let mut mine = Vec::new();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some((name, format, held)) = found.get(i) else {
+                        let Some((name, format)) = found.scans.get(i) else {
                             break;
                         };
-                        mine.push((i, summarise(name, *format, held)));
+                        mine.push((i, summarise(name, *format, &found.held(name))));
                         done.fetch_add(1, Ordering::Relaxed);
                     }
                     mine

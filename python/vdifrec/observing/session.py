@@ -25,7 +25,7 @@ from .._core import ArgumentError
 from ..recorder import Recorder
 from ..reports import ScanSummary
 from ..scans import expand_disks
-from ..scans import scans as scans_on_disks
+from ..scans import find_scan
 from ..schedule import Schedule, ScheduleError, make_plan
 from ..schedule.model import iso
 from ..units import iso_utc
@@ -112,9 +112,9 @@ class Session:
     # -- before the first scan ---------------------------------------------------------
     def _sort_out(self, now: float) -> None:
         """Scans the session cannot or need not record, said before it starts."""
-        on_disks = {s["name"]: s for s in scans_on_disks(self.disks)}
+        # Each scheduled scan looked up by its name alone: the disks may hold a season.
         for r in self.summary.scans:
-            s, found = r.scan, on_disks.get(r.scan.disk_name)
+            s, found = r.scan, find_scan(r.scan.disk_name, self.disks)
             if s.format is None or not s.format.is_vdif:
                 kind = "no recording format" if s.format is None else f"{s.format.kind}: not VDIF"
                 r.state, r.why = MISSED, f"mode {s.mode}: {kind}, vdifrec records VDIF only"

@@ -16,17 +16,24 @@
 //! unclosed scans) read every disk afresh, each once, side by side.
 //!
 //! Memory: one entry per name, whatever the number of disks holding it (the name, and two
-//! bits per disk: about 100 bytes at 36 disks); nothing per chunk or block.
+//! bits per disk: about 250 bytes a name at 36 disks, 5 MB for 20,000 scans); nothing per
+//! chunk or block. A listing holds each disk's names and chunk numbers in a few buffers for
+//! as long as it runs (about 40 MB for 20,000 scans on 36 disks), sized on the caller's thread
+//! so that they leave nothing behind in the reading threads' allocator arenas.
 
+mod holding;
+mod listing;
 mod names;
 mod read;
 mod watch;
 
+pub use holding::Holding;
+pub use listing::DiskListing;
 pub use read::VbsDir;
 
-use crate::vdif::layout::{self, Format};
+use crate::vdif::layout;
 use names::{Kind, NameTable};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, SystemTime};
@@ -37,57 +44,6 @@ use watch::{Event, Watcher};
 pub struct DiskError {
     pub path: PathBuf,
     pub source: std::io::Error,
-}
-
-/// What one disk holds of one scan name, in every layout it could be in.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Holding {
-    /// The disk as the caller named it.
-    pub disk: PathBuf,
-    /// `<scan>.vdif`, `<scan>.NNNN.vdif`: (part number, path), by number.
-    pub file_parts: Vec<(u64, PathBuf)>,
-    /// `<scan>/`, where it is a directory.
-    pub vbs: Option<VbsDir>,
-    /// `<scan>`, where it is a file.
-    pub mk6: Option<PathBuf>,
-    /// `.vdifrec/<scan>.summary.json` and `.vdifrec/<scan>.repair.json` (file and mk6 scans).
-    pub noted_summary: bool,
-    pub noted_repair: bool,
-}
-
-impl Holding {
-    /// The layouts the scan is found in on this disk.
-    pub fn formats(&self) -> Vec<Format> {
-        let mut f = Vec::new();
-        if !self.file_parts.is_empty() {
-            f.push(Format::File);
-        }
-        if self.vbs.as_ref().is_some_and(|v| !v.chunks.is_empty()) {
-            f.push(Format::Vbs);
-        }
-        if self.mk6.is_some() {
-            f.push(Format::Mk6);
-        }
-        f
-    }
-
-    /// The recorder's summary of the scan on this disk, where there is one.
-    pub fn summary(&self, name: &str, format: Format) -> Option<PathBuf> {
-        let there = match format {
-            Format::Vbs => self.vbs.as_ref().is_some_and(|v| v.summary),
-            _ => self.noted_summary,
-        };
-        there.then(|| layout::summary_path(&self.disk, name, format))
-    }
-
-    /// The report `scans --repair` left beside the scan on this disk, where there is one.
-    pub fn repair(&self, name: &str, format: Format) -> Option<PathBuf> {
-        let there = match format {
-            Format::Vbs => self.vbs.as_ref().is_some_and(|v| v.repair),
-            _ => self.noted_repair,
-        };
-        there.then(|| layout::repair_path(&self.disk, name, format))
-    }
 }
 
 /// Which directory of a disk a watch is on.
@@ -106,6 +62,9 @@ struct Disk {
     notes_time: Option<SystemTime>,
     read_at: SystemTime,
 }
+
+/// The environment variable that, set to 0, has the catalogue go by directories' times.
+pub const WATCH_VARIABLE: &str = "VDIFREC_CATALOGUE_WATCH";
 
 /// A directory changed within this of being read may have changed again in the same tick of
 /// its clock (coarse on some file systems): read it again rather than trust its time.
@@ -149,15 +108,18 @@ static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Mutex::default);
 /// What a disk's first read found, before it goes into the tables.
 struct FirstRead {
     id: usize,
-    top: std::io::Result<Vec<(String, Kind)>>,
-    notes: Vec<(String, Kind)>,
+    top: std::io::Result<read::Names>,
+    notes: read::Names,
 }
 
 impl Registry {
     fn watcher(&mut self) -> Option<&Watcher> {
         if !self.started {
             self.started = true;
-            self.watcher = Watcher::new();
+            // `VDIFREC_CATALOGUE_WATCH=0`: disks whose changes the kernel does not see (a network
+            // file system written from another host) are read again when their times move.
+            let by_time = std::env::var_os(WATCH_VARIABLE).is_some_and(|v| v == "0");
+            self.watcher = if by_time { None } else { Watcher::new() };
         }
         self.watcher.as_ref()
     }
@@ -280,13 +242,13 @@ impl Registry {
                     });
                 }
             };
-            for (name, kind) in top {
+            for (name, kind) in top.iter() {
                 if name != layout::SUMMARY_DIR {
-                    self.entries.set(&name, f.id, kind);
+                    self.entries.set(name, f.id, kind);
                 }
             }
-            for (name, kind) in f.notes {
-                self.notes.set(&name, f.id, kind);
+            for (name, kind) in f.notes.iter() {
+                self.notes.set(name, f.id, kind);
             }
             if let Some(d) = self.disks[f.id].as_mut() {
                 d.read_at = now;
@@ -360,8 +322,8 @@ impl Registry {
                             d.watches.push(n);
                         }
                     }
-                    for (n, kind) in read::names(&dir).unwrap_or_default() {
-                        self.notes.set(&n, id, kind);
+                    for (n, kind) in read::names(&dir).unwrap_or_default().iter() {
+                        self.notes.set(n, id, kind);
                     }
                 }
             }
@@ -490,113 +452,33 @@ pub fn made(disk: &Path, name: &str) {
     }
 }
 
-/// The names at the top of `disks` (and what vdifrec noted of them), read afresh: the first
-/// step of a listing.
-pub struct DiskListing {
-    pub disk: PathBuf,
-    /// Directories, read as vbs scan directories.
-    pub dirs: BTreeMap<String, VbsDir>,
-    /// Files, and those of them that start with the Mark6 sync word.
-    pub files: BTreeSet<String>,
-    pub mk6: BTreeSet<String>,
-    pub notes: BTreeSet<String>,
-}
-
-impl DiskListing {
-    fn read(disk: &Path) -> std::io::Result<DiskListing> {
-        let mut out = DiskListing {
-            disk: disk.to_path_buf(),
-            dirs: BTreeMap::new(),
-            files: BTreeSet::new(),
-            mk6: BTreeSet::new(),
-            notes: BTreeSet::new(),
-        };
-        for (name, kind) in read::names(disk)? {
-            match kind {
-                Kind::Dir if name == layout::SUMMARY_DIR => {}
-                Kind::Dir => {
-                    if let Some(v) = read::vbs_dir(disk, &name)? {
-                        out.dirs.insert(name, v);
-                    }
-                }
-                Kind::File => {
-                    if read::has_mk6_sync(&disk.join(&name)) {
-                        out.mk6.insert(name.clone());
-                    }
-                    out.files.insert(name);
-                }
-            }
-        }
-        let notes = disk.join(layout::SUMMARY_DIR);
-        out.notes = read::names(&notes)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect();
-        Ok(out)
-    }
-
-    /// The scans this disk holds: a directory with a chunk in it is a vbs scan, a file that
-    /// starts with the Mark6 sync word a Mark6 one, any other `.vdif` file (a part of) a
-    /// single-file scan.
-    pub fn scans(&self) -> impl Iterator<Item = (String, Format)> + '_ {
-        let vbs = self
-            .dirs
-            .iter()
-            .filter(|(_, v)| !v.chunks.is_empty())
-            .map(|(n, _)| (n.clone(), Format::Vbs));
-        let files = self.files.iter().filter_map(|name| {
-            if self.mk6.contains(name) {
-                return Some((name.clone(), Format::Mk6));
-            }
-            let stem = name.strip_suffix(".vdif")?;
-            // `<scan>.0001.vdif` is a part of `<scan>` (scan names hold no `.`).
-            let scan = stem.split('.').next().unwrap_or(stem);
-            let scan = match layout::file_part_number(name, scan) {
-                Some(_) => scan,
-                None => stem,
-            };
-            Some((scan.to_owned(), Format::File))
-        });
-        vbs.chain(files)
-    }
-
-    /// What this disk holds of scan `name`, as `holdings` gives it.
-    pub fn holding(&self, name: &str) -> Holding {
-        let prefix = format!("{name}.");
-        let file_parts = self
-            .files
-            .range::<str, _>((
-                std::ops::Bound::Included(prefix.as_str()),
-                std::ops::Bound::Unbounded,
-            ))
-            .take_while(|n| n.starts_with(&prefix))
-            .filter_map(|n| Some((layout::file_part_number(n, name)?, self.disk.join(n))))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        Holding {
-            disk: self.disk.clone(),
-            file_parts,
-            vbs: self.dirs.get(name).cloned(),
-            mk6: self
-                .files
-                .contains(name)
-                .then(|| layout::mk6_path(&self.disk, name)),
-            noted_summary: self.notes.contains(&format!("{name}.summary.json")),
-            noted_repair: self.notes.contains(&format!("{name}.repair.json")),
-        }
-    }
-}
-
 /// Every disk of `disks` read afresh, each once, side by side (a thread each); the disks also
 /// join the catalogue, so that later questions about them need no walk.
 pub fn list(disks: &[PathBuf]) -> Result<Vec<DiskListing>, DiskError> {
-    know(disks)?;
+    // Each disk's buffers are sized here, on the caller's thread, from what the catalogue
+    // holds: the readers fill them without growing them, so that nothing of the listing is
+    // left in the allocator's arenas of threads that are gone.
+    let sized: Vec<DiskListing> = {
+        let mut reg = registry();
+        let ids = reg.ids(disks)?;
+        ids.iter()
+            .zip(disks)
+            .map(|(&id, d)| {
+                let (names, bytes) = reg.entries.on_disk(id);
+                let (notes, note_bytes) = reg.notes.on_disk(id);
+                DiskListing::sized(d, names, bytes, notes, note_bytes)
+            })
+            .collect()
+    };
     std::thread::scope(|s| {
-        let jobs: Vec<_> = disks
-            .iter()
-            .map(|d| s.spawn(move || DiskListing::read(d)))
+        let jobs: Vec<_> = sized
+            .into_iter()
+            .map(|mut l| {
+                s.spawn(move || {
+                    let disk = l.disk.clone();
+                    l.read_into(&disk).map(|()| l)
+                })
+            })
             .collect();
         jobs.into_iter()
             .zip(disks)

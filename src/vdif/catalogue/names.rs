@@ -132,6 +132,14 @@ impl NameTable {
         self.names.len()
     }
 
+    /// How many names are on `disk`, and their bytes.
+    pub fn on_disk(&self, disk: usize) -> (usize, usize) {
+        self.names
+            .iter()
+            .filter(|(_, p)| p.dirs.contains(disk) || p.files.contains(disk))
+            .fold((0, 0), |(n, b), (name, _)| (n + 1, b + name.len()))
+    }
+
     /// The names on any of `disks`, in order, from `from` on (for paging).
     pub fn names_on<'a>(&'a self, disks: &'a [usize]) -> impl Iterator<Item = &'a str> + 'a {
         self.names

@@ -4,7 +4,7 @@
 use crate::vdif::layout;
 use std::fs::{DirEntry, File};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::names::Kind;
 
@@ -28,32 +28,75 @@ pub fn path_kind(path: &Path) -> Option<Kind> {
     Some(if m.is_dir() { Kind::Dir } else { Kind::File })
 }
 
+/// The names in one directory with what each is, packed into one buffer (a season's disk is
+/// 20,000 names: a few large allocations rather than 20,000 small ones, which the threads
+/// reading disks side by side would leave scattered over the allocator's arenas).
+#[derive(Debug, Default)]
+pub struct Names {
+    text: String,
+    /// (start in `text`, length, what it is), in the order read.
+    entries: Vec<(u32, u32, Kind)>,
+}
+
+impl Names {
+    pub fn push(&mut self, name: &str, kind: Kind) {
+        self.entries
+            .push((self.text.len() as u32, name.len() as u32, kind));
+        self.text.push_str(name);
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, Kind)> + '_ {
+        self.entries
+            .iter()
+            .map(|&(at, len, kind)| (&self.text[at as usize..(at + len) as usize], kind))
+    }
+}
+
 /// The names in `dir` with what each is; names that are not UTF-8 are no scan's.
-pub fn names(dir: &Path) -> std::io::Result<Vec<(String, Kind)>> {
-    let mut out = Vec::new();
+pub fn names(dir: &Path) -> std::io::Result<Names> {
+    let mut out = Names::default();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        let Ok(name) = entry.file_name().into_string() else {
+        let name = entry.file_name();
+        let Some(text) = name.to_str() else {
             continue;
         };
         if let Some(kind) = entry_kind(&entry) {
-            out.push((name, kind));
+            out.push(text, kind);
         }
     }
     Ok(out)
 }
 
-/// One vbs scan directory as read: its chunk files by number, and whether the recorder's
-/// summary or a repair's report lies in it.
+/// One vbs scan directory as read: the numbers of its chunk files (in order; a chunk's path
+/// is `layout::vbs_chunk_path`), and whether the recorder's summary or a repair's report lies
+/// in it. Eight bytes a chunk, so that a listing of a season holds little.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VbsDir {
-    pub chunks: Vec<(u64, PathBuf)>,
+    pub chunks: Vec<u64>,
     pub summary: bool,
     pub repair: bool,
 }
 
 /// Reads `<disk>/<scan>/`: None where it is not a directory (any more).
 pub fn vbs_dir(disk: &Path, scan: &str) -> std::io::Result<Option<VbsDir>> {
+    let mut chunks = Vec::new();
+    Ok(
+        vbs_dir_into(disk, scan, &mut chunks)?.map(|(summary, repair)| VbsDir {
+            chunks,
+            summary,
+            repair,
+        }),
+    )
+}
+
+/// `vbs_dir`, its chunk numbers (in order) appended to `chunks`: whether the summary and a
+/// repair's report lie in it, or None where it is not a directory (any more).
+pub fn vbs_dir_into(
+    disk: &Path,
+    scan: &str,
+    chunks: &mut Vec<u64>,
+) -> std::io::Result<Option<(bool, bool)>> {
     let dir = layout::vbs_dir(disk, scan);
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
@@ -62,25 +105,27 @@ pub fn vbs_dir(disk: &Path, scan: &str) -> std::io::Result<Option<VbsDir>> {
     };
     let summary = format!("{scan}.summary.json");
     let repair = format!("{scan}.repair.json");
-    let mut found = VbsDir::default();
+    let (mut has_summary, mut has_repair) = (false, false);
+    let from = chunks.len();
     for entry in entries {
         let entry = entry?;
-        let Ok(name) = entry.file_name().into_string() else {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
             continue;
         };
         if entry_kind(&entry) != Some(Kind::File) {
             continue;
         }
-        if let Some(n) = layout::vbs_chunk_number(&name, scan) {
-            found.chunks.push((n, entry.path()));
+        if let Some(n) = layout::vbs_chunk_number(name, scan) {
+            chunks.push(n);
         } else if name == summary {
-            found.summary = true;
+            has_summary = true;
         } else if name == repair {
-            found.repair = true;
+            has_repair = true;
         }
     }
-    found.chunks.sort();
-    Ok(Some(found))
+    chunks[from..].sort_unstable();
+    Ok(Some((has_summary, has_repair)))
 }
 
 /// A directory that is not there, or is no directory: nothing of the scan in it.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +30,11 @@ def scan_set(st: Station, c: Command) -> Reply:
     st.await_drain()
     st.idle_only(c)
     name = _choose(st, c.param(0))
-    length = int(_scan_on_disk(st, name)["bytes"])
-    start = _offset(c.param(1), 0, length, length, "start")
-    end = _offset(c.param(2), start, length, length, "stop") if c.param(2) else length
+    found = _scan_on_disk(st, name)
+    length = int(found["bytes"])
+    clock = _ScanClock(st, name, found)
+    start = _offset(c.param(1), 0, length, length, "start", clock)
+    end = _offset(c.param(2), start, length, length, "stop", clock) if c.param(2) else length
     if not 0 <= start <= end <= length:
         raise Problem(Code.BAD_PARAMETER, "scan pointer offset(s) are out of bound")
     st.pointer = ScanPointer(name, start, end)
@@ -90,20 +93,79 @@ def _search(st: Station, text: str, after: str | None) -> str:
     return hits[0]
 
 
-def _offset(text: str, base: int, length: int, default: int, what: str) -> int:
-    """A byte offset of scan_set: `s` (start), `c` (middle), `e` (end less 1 MB), `+N`
-    (after ``base``) or `-N` (before the end); a plain number is refused, as by jive5ab."""
+#: A time code of scan_set, as jive5ab reads one: ``[+-][<n>y][<n>d][<n>h][<n>m][<x>s]``.
+_TIME_CODE = re.compile(r"^([+-]?)(?:(\d+)y)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d*)?)s)?$")
+
+
+class _ScanClock:
+    """A scan's first frame time and data rate (bytes per second), for the time offsets of
+    scan_set."""
+
+    def __init__(self, st: Station, name: str, found: dict[str, Any]) -> None:
+        self.found = found
+        self.frame_size = int(found.get("frame_size") or 0)
+        summary = st.summaries.get(name)
+        fps = summary.seconds[0]["frames_per_second"] if summary and summary.seconds else 0
+        threads = len(summary.threads) if summary and summary.threads else 1
+        self.rate = float(int(fps or 0) * threads * self.frame_size)
+        if not self.rate and st.mode is not None:
+            # The mode's rate is the stream's, every thread together, of payload bytes.
+            self.rate = st.mode.mbps * 1e6 / 8 / st.mode.payload * self.frame_size
+        # The rate as the recording learned it, or from the mode (mode=): from the frames on disk
+        # alone it is not known (the threads' frames share their times).
+        first = found.get("first")
+        self.start = iso_utc(first["time"]) if first else None
+
+    def bytes_after_start(self, seconds: float, text: str) -> int:
+        if not self.rate or not self.frame_size:
+            raise Problem(Code.CONFLICT, f"'{text}' - could not deduce recorded data rate for time based scan_set")
+        # Whole frames: an offset in time lands on a frame's start.
+        return int(seconds * self.rate) // self.frame_size * self.frame_size
+
+
+def _time_offset(text: str, base: int, length: int, clock: _ScanClock) -> int | None:
+    """A time code as a byte offset: ``+T`` after ``base``, ``-T`` before the end, or a time of
+    day (fields left out are the scan's first frame's) from the scan's start; None if ``text``
+    is no time code."""
+    m = _TIME_CODE.match(text)
+    if not m or not any(m.groups()[1:]):
+        return None
+    sign, years, days, hours, minutes, seconds = m.groups()
+    if sign and years:
+        raise Problem(Code.BAD_PARAMETER, f"'{text}' - a relative time is days, hours, minutes and seconds")
+    if sign:
+        span = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds or 0)
+        n = clock.bytes_after_start(span, text)
+        return base + n if sign == "+" else length - n
+    if clock.start is None:
+        raise Problem(Code.CONFLICT, f"'{text}' - the scan holds no frame to count a time from")
+    t0 = clock.start
+    year = int(years) if years else t0.year
+    doy = int(days) if days else t0.timetuple().tm_yday
+    day = _dt.datetime(year, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(days=doy - 1)
+    at = day + _dt.timedelta(hours=int(hours) if hours else t0.hour, minutes=int(minutes) if minutes else t0.minute,
+                             seconds=float(seconds) if seconds else t0.second + t0.microsecond / 1e6)
+    return clock.bytes_after_start((at - t0).total_seconds(), text)
+
+
+def _offset(text: str, base: int, length: int, default: int, what: str, clock: _ScanClock) -> int:
+    """An offset of scan_set: `s` (start), `c` (middle), `e` (end less 1 MB), `+N` bytes (after
+    ``base``), `-N` bytes (before the end), or a time (`+30s`, `-1m`, `2026y341d10h05m30s`, as
+    jive5ab reads them); a plain byte number is refused, as by jive5ab."""
     if not text:
         return default if what == "stop" else 0
     fixed = {"s": 0, "c": length // 2, "e": max(length - 1_000_000, 0), "s+": 65536}
     if text in fixed:
         return fixed[text]
+    timed = _time_offset(text, base, length, clock)
+    if timed is not None:
+        return timed
     n = _byte_count(text[1:]) if text[0] in "+-" else None
     if n is not None:
         return base + n if text[0] == "+" else length - n
     if _byte_count(text) is not None:
         raise Problem(Code.BAD_PARAMETER, "only relative byte numbers allowed in this command - +N from the start, -N from the end")
-    raise Problem(Code.BAD_PARAMETER, f"{what} '{text}' - give s, c, e, +<bytes> or -<bytes>")
+    raise Problem(Code.BAD_PARAMETER, f"{what} '{text}' - give s, c, e, +<bytes>, -<bytes> or a time (+10s, -1m30s, 10h05m30s)")
 
 
 def _byte_count(text: str) -> int | None:
