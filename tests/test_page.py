@@ -469,9 +469,9 @@ def test_the_scans_on_the_disks_come_a_page_at_a_time(browser: Browser, tmp_path
         browser.evaluate("const e = document.getElementById('disk-scans-name'); e.value = 'r41_kv_no00[0-1]?';"
                          "e.dispatchEvent(new Event('change'))")
         browser.wait_for("document.getElementById('disk-scans-range').textContent === '1–20 of 20'", timeout=20)
-        # The page asked for a page, never for all: /scans answers at most 500 names.
-        with urllib.request.urlopen(base + "/scans?limit=100000", timeout=10) as r:
-            assert len(json.loads(r.read())["names"]) == 130
+        # A page of what was asked for (the engine's test holds /scans to 500 names an answer).
+        with urllib.request.urlopen(base + "/scans?offset=125&limit=10", timeout=10) as r:
+            assert json.loads(r.read())["names"] == [f"r41_kv_no{k:04d}" for k in range(125, 130)]
         browser.drain()
         assert browser.errors == []
     finally:

@@ -536,20 +536,23 @@ impl Recorder {
         // is the first after the command, however long what follows takes.
         let rings: Vec<_> = self.streams.iter().map(|s| s.shared.ring()).collect();
         let from_seq = gate.hold(&rings);
-        let started = self.plan_scan(req, from_seq);
-        let gate = self.gate.as_ref().expect("checked above");
-        match started {
-            Ok(plan) => {
-                let name = plan.name.clone();
-                self.scan_names.push(name.clone());
-                gate.start_scan(plan);
-                Ok(name)
-            }
-            Err(e) => {
-                gate.unhold();
-                Err(e)
+        // Let go however this ends (a refusal, a panic) unless the scan is handed over.
+        struct Held<'a>(&'a Gate, bool);
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                if self.1 {
+                    self.0.unhold();
+                }
             }
         }
+        let mut held = Held(gate, true);
+        let plan = self.plan_scan(req, from_seq)?;
+        let name = plan.name.clone();
+        held.1 = false;
+        held.0.start_scan(plan);
+        drop(held);
+        self.scan_names.push(name.clone());
+        Ok(name)
     }
 
     /// The plan of the scan `req` asks for, or why it cannot start; `from_seq` as

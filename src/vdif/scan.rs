@@ -1116,8 +1116,15 @@ impl Listing {
 
 /// Every scan on `disks` (each disk read once, side by side), by name then format.
 fn listed(disks: &[PathBuf], meter: &Progress) -> Result<Listing, ScanError> {
-    meter.stage(&format!("reading {} disks", disks.len()));
-    let listings = catalogue::list(disks).map_err(disk_error)?;
+    let listings = std::thread::scope(|s| {
+        let walk = s.spawn(|| catalogue::list(disks));
+        while !walk.is_finished() {
+            meter.stage(&format!("reading {} disks", disks.len()));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        walk.join().expect("the disks' reader does not panic")
+    })
+    .map_err(disk_error)?;
     let names: BTreeSet<(String, &'static str)> = listings
         .iter()
         .flat_map(|l| l.scans().map(|(n, f)| (n, f.name())))
@@ -1173,7 +1180,7 @@ fn summarise_all(found: &Listing, meter: &Progress) -> Vec<ScanSummary> {
             .collect();
         while !jobs.iter().all(|j| j.is_finished()) {
             meter.count("read", done.load(Ordering::Relaxed), total, "scans");
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(5));
         }
         jobs.into_iter()
             .flat_map(|j| j.join().expect("a scan reader does not panic"))
@@ -1214,6 +1221,7 @@ struct Progress {
     on: bool,
     start: Instant,
     shown: std::sync::atomic::AtomicBool,
+    last: std::sync::Mutex<Option<Instant>>,
 }
 
 impl Progress {
@@ -1222,6 +1230,7 @@ impl Progress {
             on: wanted && std::io::stderr().is_terminal(),
             start: Instant::now(),
             shown: std::sync::atomic::AtomicBool::new(false),
+            last: std::sync::Mutex::new(None),
         }
     }
 
@@ -1229,6 +1238,12 @@ impl Progress {
         if !self.on || self.start.elapsed() < Duration::from_secs(1) {
             return;
         }
+        // Five times a second at most: a terminal has no use for more.
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|t| t.elapsed() < Duration::from_millis(200)) {
+            return;
+        }
+        *last = Some(Instant::now());
         self.shown.store(true, Ordering::Relaxed);
         eprint!("\r\x1b[Kscans: {text}");
     }

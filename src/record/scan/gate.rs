@@ -31,7 +31,7 @@ use crate::vdif::layout::{self, Format};
 use crate::vdif::time::{utc_unix, VdifTime};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -64,8 +64,9 @@ struct Board {
 
 pub struct Gate {
     commands: Sender<Command>,
-    /// Set from a scan's command until the gate takes it in (`hold`).
-    paused: Arc<AtomicBool>,
+    /// Scans commanded and not yet taken in by the gate (`hold`): while any, it looks at no
+    /// new frame.
+    paused: Arc<AtomicUsize>,
     board: Arc<(Mutex<Board>, Condvar)>,
     handle: Option<JoinHandle<()>>,
     /// The first stream's state, where the status reads the running scan's name.
@@ -83,7 +84,7 @@ impl Gate {
         let board = Arc::new((Mutex::new(Board::default()), Condvar::new()));
         let shared = streams[0].1.clone();
         let b = board.clone();
-        let paused = Arc::new(AtomicBool::new(false));
+        let paused = Arc::new(AtomicUsize::new(0));
         let p = paused.clone();
         let handle = std::thread::Builder::new()
             .name("vdifrec-gate".into())
@@ -150,7 +151,9 @@ impl Gate {
     /// whether it is held, and a pass that found it not held therefore read an index no later
     /// than the one read here after holding.
     pub fn hold(&self, rings: &[Option<Arc<Ring>>]) -> Vec<u64> {
-        self.paused.store(true, Ordering::SeqCst);
+        self.paused.fetch_add(1, Ordering::SeqCst);
+        // The hold before the indices, on every processor (the gate's side: `follow`).
+        fence(Ordering::SeqCst);
         rings
             .iter()
             .map(|r| r.as_ref().map_or(0, |r| r.write_seq()))
@@ -159,7 +162,7 @@ impl Gate {
 
     /// Lets the gate go on after a `hold` that led to no scan (the command was refused).
     pub fn unhold(&self) {
-        self.paused.store(false, Ordering::SeqCst);
+        release(&self.paused);
     }
 
     pub fn start_scan(&self, plan: ScanPlan) {
@@ -339,8 +342,8 @@ struct GateLoop {
     disks_shown: Option<Vec<usize>>,
     /// The scan the status was last told of (the first active one).
     head_shown: Option<String>,
-    /// A scan's command is on its way (`Gate::hold`): look at no new frame.
-    paused: Arc<AtomicBool>,
+    /// Scans' commands on their way (`Gate::hold`): while any, look at no new frame.
+    paused: Arc<AtomicUsize>,
 }
 
 impl GateLoop {
@@ -471,7 +474,8 @@ impl GateLoop {
         let end = ring.write_seq();
         // After the write index (see `Gate::hold`): held, the frames from here on wait for
         // the scan being commanded.
-        if self.paused.load(Ordering::SeqCst) {
+        fence(Ordering::SeqCst);
+        if self.paused.load(Ordering::SeqCst) > 0 {
             return false;
         }
         let pos = input.pos;
@@ -577,7 +581,7 @@ impl GateLoop {
             }
         }
         self.active.push(a);
-        self.paused.store(false, Ordering::SeqCst);
+        release(&self.paused);
     }
 
     fn publish(&mut self, s: ScanSummary) {
@@ -1119,6 +1123,11 @@ fn frame_time((seconds, frame): FramePoint, fps: u32) -> VdifTime {
             0.0
         },
     }
+}
+
+/// One hold fewer (never below none).
+fn release(paused: &AtomicUsize) {
+    let _ = paused.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
 }
 
 fn unix_now() -> f64 {

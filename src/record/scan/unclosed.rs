@@ -5,10 +5,11 @@
 //! disks are shipped. Closed scans are not read, so a disk of many scans costs a listing.
 
 use crate::vdif::layout::Format;
-use crate::vdif::scan::{find_unclosed_scans, part_word, ScanSummary};
+use crate::vdif::scan::{find_unclosed_scans, part_word, ScanLayout, ScanSummary};
 use crate::vdif::stamp::Stamp;
 use crate::vdif::torn::{grouped, summary_line};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// A scan found on the disks at start that no recorder closed.
@@ -107,11 +108,8 @@ pub const MOST_READ: usize = 16;
 /// The scans on `disks` that no recorder closed; a listing that fails is said in the one
 /// note it returns instead (the recording goes on: it writes under names not taken).
 pub fn find(disks: &[PathBuf]) -> (Vec<UnclosedScan>, Vec<String>) {
-    let searched = find_unclosed_scans(disks, MOST_READ);
-    give_back_memory();
-    match searched {
+    match searched(disks) {
         Ok((found, more)) => {
-            let found: Vec<UnclosedScan> = found.into_iter().map(UnclosedScan::of).collect();
             let mut notes: Vec<String> = found.iter().map(|u| u.note.clone()).collect();
             if !more.is_empty() {
                 notes.push(format!(
@@ -132,6 +130,52 @@ pub fn find(disks: &[PathBuf]) -> (Vec<UnclosedScan>, Vec<String>) {
             )],
         ),
     }
+}
+
+/// What the search found on a set of disks, kept for the life of the process: a recorder
+/// rebuilt on the same disks (`serve` reconfigured by `mode=`, `net_port=`, …) is told what
+/// the first found, each scan looked at again (one that has been closed or removed since is
+/// left out), rather than walk a season of scans before its first `record=on`.
+type Found = (Vec<UnclosedScan>, Vec<String>);
+static SEARCHED: std::sync::LazyLock<std::sync::Mutex<HashMap<Vec<PathBuf>, Found>>> =
+    std::sync::LazyLock::new(Default::default);
+
+fn searched(disks: &[PathBuf]) -> Result<Found, crate::vdif::scan::ScanError> {
+    let mut key: Vec<PathBuf> = disks
+        .iter()
+        .map(|d| d.canonicalize().unwrap_or_else(|_| d.clone()))
+        .collect();
+    key.sort();
+    key.dedup();
+    let cached = SEARCHED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+        .cloned();
+    let found = match cached {
+        Some((found, more)) => {
+            let still = found
+                .into_iter()
+                .filter_map(|u| {
+                    let scan = ScanLayout::locate(&u.name, disks, Some(u.format)).ok()?;
+                    let s = scan.summary().ok()?;
+                    (!s.closed).then(|| UnclosedScan::of(s))
+                })
+                .collect();
+            (still, more)
+        }
+        None => {
+            let searched = find_unclosed_scans(disks, MOST_READ);
+            give_back_memory();
+            let (found, more) = searched?;
+            (found.into_iter().map(UnclosedScan::of).collect(), more)
+        }
+    };
+    SEARCHED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, found.clone());
+    Ok(found)
 }
 
 /// Returns to the system what the search held of the disks' listing (tens of megabytes on a
@@ -206,6 +250,40 @@ mod tests {
             "{}",
             u.note
         );
+        std::fs::remove_dir_all(&disk).unwrap();
+    }
+
+    #[test]
+    fn a_recorder_rebuilt_on_the_same_disks_is_told_what_the_first_search_found_checked_again() {
+        let disk =
+            std::env::temp_dir().join(format!("vdifrec-unclosed-again-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&disk);
+        std::fs::create_dir_all(&disk).unwrap();
+        for name in ["left1", "left2"] {
+            std::fs::write(layout::file_path(&disk, name), frame(100, 0, 1056)).unwrap();
+        }
+        let (found, _) = find(std::slice::from_ref(&disk));
+        assert_eq!(
+            found
+                .iter()
+                .map(|u| u.name.as_str())
+                .collect::<Vec<_>>()
+                .len(),
+            2
+        );
+        // One is repaired (closed) and one removed before the recorder is built again; a scan
+        // written since by another program is not searched for (the disks are not walked again).
+        let summary = layout::repair_path(&disk, "left1", Format::File);
+        std::fs::create_dir_all(summary.parent().unwrap()).unwrap();
+        std::fs::write(summary, "{}").unwrap();
+        std::fs::write(layout::file_path(&disk, "later"), frame(100, 0, 1056)).unwrap();
+        let (again, _) = find(std::slice::from_ref(&disk));
+        assert_eq!(
+            again.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
+            vec!["left2"]
+        );
+        std::fs::remove_file(layout::file_path(&disk, "left2")).unwrap();
+        assert!(find(std::slice::from_ref(&disk)).0.is_empty());
         std::fs::remove_dir_all(&disk).unwrap();
     }
 

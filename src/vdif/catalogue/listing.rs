@@ -120,6 +120,22 @@ impl DiskListing {
         Ok(())
     }
 
+    /// Every name at the top, with what it is (as the catalogue holds them).
+    pub fn top_names(&self) -> impl Iterator<Item = (&str, Kind)> + '_ {
+        self.entries.iter().map(|e| {
+            let kind = match e.what {
+                What::Dir { .. } => Kind::Dir,
+                What::File { .. } => Kind::File,
+            };
+            (self.name(e), kind)
+        })
+    }
+
+    /// Every name in `.vdifrec/`.
+    pub fn note_names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.notes.iter().map(|n| self.note(*n))
+    }
+
     fn note(&self, (at, len): (u32, u32)) -> &str {
         &self.note_text[at as usize..(at + len) as usize]
     }

@@ -55,6 +55,12 @@ enum Place {
 
 struct Disk {
     root: PathBuf,
+    /// The directory's device and inode when it was read: a disk mounted over it since (a
+    /// FlexBuff disk mounted late, a Mark6 module swapped) is another disk.
+    identity: Option<(u64, u64)>,
+    /// The kernel reports every change to its top and its `.vdifrec` (each watched, or
+    /// `.vdifrec` absent and its creation watched for).
+    watched: bool,
     watches: Vec<i32>,
     /// The directories' modification times when last read, and when that was: how a disk with
     /// no watch is known to be current.
@@ -70,9 +76,14 @@ pub const WATCH_VARIABLE: &str = "VDIFREC_CATALOGUE_WATCH";
 /// its clock (coarse on some file systems): read it again rather than trust its time.
 const RACY: Duration = Duration::from_secs(1);
 
+fn identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+}
+
 impl Disk {
     fn watched(&self) -> bool {
-        !self.watches.is_empty()
+        self.watched
     }
 
     fn current_by_time(&self) -> bool {
@@ -101,6 +112,8 @@ struct Registry {
     notes: NameTable,
     watcher: Option<Watcher>,
     started: bool,
+    /// Disks' tops read, since the process started (a disk's first read, and every read again).
+    reads: u64,
 }
 
 static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Mutex::default);
@@ -155,7 +168,7 @@ impl Registry {
 
     fn is_current(&self, id: usize) -> bool {
         match &self.disks[id] {
-            Some(d) => d.watched() || d.current_by_time(),
+            Some(d) => identity(&d.root) == d.identity && (d.watched() || d.current_by_time()),
             None => false,
         }
     }
@@ -177,9 +190,14 @@ impl Registry {
             }
         };
         let mut watches = Vec::new();
+        let mut watched = false;
+        let notes_dir = root.join(layout::SUMMARY_DIR);
         if let Some(w) = self.watcher() {
             let top = w.add(&root);
-            let notes = top.and_then(|_| w.add(&root.join(layout::SUMMARY_DIR)));
+            let notes = top.and_then(|_| w.add(&notes_dir));
+            // Watched whole: the top, and `.vdifrec` where there is one (else its creation,
+            // seen at the top, is when it is watched).
+            watched = top.is_some() && (notes.is_some() || !notes_dir.exists());
             if let Some(t) = top {
                 watches.push(t);
                 self.watches.insert(t, (id, Place::Top));
@@ -191,6 +209,8 @@ impl Registry {
         }
         self.ids.insert(root.clone(), id);
         self.disks[id] = Some(Disk {
+            identity: identity(&root),
+            watched,
             top_time: modified(&root),
             notes_time: modified(&root.join(layout::SUMMARY_DIR)),
             root,
@@ -253,6 +273,7 @@ impl Registry {
             if let Some(d) = self.disks[f.id].as_mut() {
                 d.read_at = now;
             }
+            self.reads += 1;
         }
         Ok(())
     }
@@ -318,9 +339,12 @@ impl Registry {
                     let added = self.watcher.as_ref().and_then(|w| w.add(&dir));
                     if let Some(n) = added {
                         self.watches.insert(n, (id, Place::Notes));
-                        if let Some(d) = self.disks[id].as_mut() {
-                            d.watches.push(n);
-                        }
+                    }
+                    if let Some(d) = self.disks[id].as_mut() {
+                        d.watches.extend(added);
+                        // Unwatched, its changes are found by its time (`current_by_time`).
+                        d.watched &= added.is_some();
+                        d.notes_time = modified(&dir);
                     }
                     for (n, kind) in read::names(&dir).unwrap_or_default().iter() {
                         self.notes.set(n, id, kind);
@@ -391,12 +415,6 @@ fn registry() -> std::sync::MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Reads `disks` into the catalogue now (side by side) where they are not in it yet: what a
-/// recorder does when it is given disks, so that its first scan finds them known.
-pub fn know(disks: &[PathBuf]) -> Result<(), DiskError> {
-    registry().ids(disks).map(|_| ())
-}
-
 /// What each of `disks` holds of scan `name`, one `Holding` per disk in the order given (a
 /// disk holding nothing of it gives an empty one), as the disks are now: the catalogue says
 /// which disks hold a scan directory or file of that name, and only those are read.
@@ -428,13 +446,17 @@ pub fn holdings(name: &str, disks: &[PathBuf]) -> Result<Vec<Holding>, DiskError
 /// (`<name>_ds<key>`). A disk that cannot be read takes no name.
 pub fn name_taken(name: &str, disks: &[PathBuf]) -> bool {
     let mut reg = registry();
-    reg.take_events();
-    disks
-        .iter()
-        .any(|d| match reg.ids(std::slice::from_ref(d)) {
-            Ok(ids) => reg.taken(name, ids[0]),
-            Err(_) => false,
-        })
+    // All the disks at once (those to be read are read side by side); a disk that cannot be
+    // read is left out.
+    let ids = match reg.ids(disks) {
+        Ok(ids) => ids,
+        Err(_) => disks
+            .iter()
+            .filter_map(|d| reg.ids(std::slice::from_ref(d)).ok())
+            .flatten()
+            .collect(),
+    };
+    ids.iter().any(|&id| reg.taken(name, id))
 }
 
 /// Tells the catalogue that the recorder made `name` at the top of `disk` (a scan's directory
@@ -443,7 +465,13 @@ pub fn made(disk: &Path, name: &str) {
     let Ok(root) = disk.canonicalize() else {
         return;
     };
-    let mut reg = registry();
+    // Never waits: a writer must not stand behind a disk being read (the kernel's report of
+    // the same name, or the directory's time, brings it in then).
+    let mut reg = match REGISTRY.try_lock() {
+        Ok(r) => r,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
     let Some(&id) = reg.ids.get(&root) else {
         return; // not read yet: it will be seen when it is
     };
@@ -457,20 +485,37 @@ pub fn made(disk: &Path, name: &str) {
 pub fn list(disks: &[PathBuf]) -> Result<Vec<DiskListing>, DiskError> {
     // Each disk's buffers are sized here, on the caller's thread, from what the catalogue
     // holds: the readers fill them without growing them, so that nothing of the listing is
-    // left in the allocator's arenas of threads that are gone.
+    // left in the allocator's arenas of threads that are gone. A disk the catalogue does not
+    // hold yet is watched now and learnt from the listing itself: each disk is read once.
+    let mut learn = Vec::new();
     let sized: Vec<DiskListing> = {
         let mut reg = registry();
-        let ids = reg.ids(disks)?;
-        ids.iter()
-            .zip(disks)
-            .map(|(&id, d)| {
-                let (names, bytes) = reg.entries.on_disk(id);
-                let (notes, note_bytes) = reg.notes.on_disk(id);
-                DiskListing::sized(d, names, bytes, notes, note_bytes)
-            })
-            .collect()
+        reg.take_events();
+        let mut out = Vec::with_capacity(disks.len());
+        for d in disks {
+            let root = d.canonicalize().map_err(|source| DiskError {
+                path: d.clone(),
+                source,
+            })?;
+            let known = reg.ids.get(&root).copied();
+            let id = match known {
+                Some(id) if reg.is_current(id) && reg.is_read(id) => id,
+                Some(id) => {
+                    reg.forget(id);
+                    reg.begin(root)
+                }
+                None => reg.begin(root),
+            };
+            if !reg.is_read(id) {
+                learn.push((out.len(), id));
+            }
+            let (names, bytes) = reg.entries.on_disk(id);
+            let (notes, note_bytes) = reg.notes.on_disk(id);
+            out.push(DiskListing::sized(d, names, bytes, notes, note_bytes));
+        }
+        out
     };
-    std::thread::scope(|s| {
+    let listings: Vec<DiskListing> = std::thread::scope(|s| {
         let jobs: Vec<_> = sized
             .into_iter()
             .map(|mut l| {
@@ -490,8 +535,31 @@ pub fn list(disks: &[PathBuf]) -> Result<Vec<DiskListing>, DiskError> {
                         source,
                     })
             })
-            .collect()
-    })
+            .collect::<Result<_, _>>()
+    })?;
+    if !learn.is_empty() {
+        let mut reg = registry();
+        let now = SystemTime::now();
+        for (at, id) in learn {
+            if reg.disks[id]
+                .as_ref()
+                .is_none_or(|d| d.read_at != SystemTime::UNIX_EPOCH)
+            {
+                continue; // forgotten meanwhile, or read by another question
+            }
+            for (name, kind) in listings[at].top_names() {
+                reg.entries.set(name, id, kind);
+            }
+            for name in listings[at].note_names() {
+                reg.notes.set(name, id, Kind::File);
+            }
+            if let Some(d) = reg.disks[id].as_mut() {
+                d.read_at = now;
+            }
+            reg.reads += 1;
+        }
+    }
+    Ok(listings)
 }
 
 /// The scan names at the top of `disks` as the catalogue holds them, in order: names of scan
@@ -507,6 +575,8 @@ pub fn names(disks: &[PathBuf]) -> Result<Vec<String>, DiskError> {
             Some(stem) => stem.split('.').next().unwrap_or(stem).to_owned(),
             None => n.to_owned(),
         })
+        // Only what could be a scan's name (not `lost+found`, not a stray file's).
+        .filter(|n| layout::scan_name_problem(n).is_none())
         .collect();
     Ok(out.into_iter().collect())
 }
@@ -517,9 +587,12 @@ pub struct Size {
     pub disks: usize,
     pub names: usize,
     pub notes: usize,
-    /// Whether the kernel tells of changes (inotify), or disks are read again when their
-    /// directories' times move.
+    /// Whether the kernel tells of changes (inotify) on every disk, or some are read again
+    /// when their directories' times move.
     pub watched: bool,
+    /// Disks' tops read since the process started: each disk once, and again only when the
+    /// kernel lost track (or, unwatched, when it changed).
+    pub reads: u64,
 }
 
 pub fn size() -> Size {
@@ -528,7 +601,8 @@ pub fn size() -> Size {
         disks: reg.disks.iter().flatten().count(),
         names: reg.entries.len(),
         notes: reg.notes.len(),
-        watched: reg.watcher.is_some(),
+        watched: reg.disks.iter().flatten().all(|d| d.watched),
+        reads: reg.reads,
     }
 }
 

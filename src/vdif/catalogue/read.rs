@@ -100,7 +100,10 @@ pub fn vbs_dir_into(
     let dir = layout::vbs_dir(disk, scan);
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
-        Err(e) if is_gone(&e) => return Ok(None),
+        // A directory this user may not read (ext4's `lost+found`) holds no scan of theirs.
+        Err(e) if is_gone(&e) || e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Ok(None)
+        }
         Err(e) => return Err(e),
     };
     let summary = format!("{scan}.summary.json");

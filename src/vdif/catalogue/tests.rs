@@ -286,10 +286,35 @@ proptest! {
             check(&d, &now)?;
         }
         if let Some(i) = now.iter().position(|m| m.format == Format::Vbs && !m.closed && m.torn == 0) {
+            // A chunk more in a directory the scan already has: no name at a disk's top changes.
             let m = &mut now[i];
-            delete(&d, m);
-            m.parts.push(Part { frames: 5, disk: 0, present: true });
-            write(&d, m);
+            let first = m.parts.iter().position(|p| p.present).unwrap();
+            let disk = m.parts[first].disk;
+            let n = m.parts.len();
+            let total: usize = m.parts.iter().map(|p| p.frames).sum::<usize>() + 5;
+            let data = stream_of(total.div_ceil(2) as u64);
+            let from = (total - 5) * FS;
+            std::fs::write(
+                layout::vbs_chunk_path(&d.disks[disk], &m.name, n as u64),
+                &data[from..from + 5 * FS],
+            )
+            .unwrap();
+            m.parts.push(Part { frames: 5, disk, present: true });
+            check(&d, &now)?;
+        }
+        // A disk taken away and another put in its place under the same path.
+        if d.disks.len() > 1 {
+            let gone = d.disks.len() - 1;
+            std::fs::remove_dir_all(&d.disks[gone]).unwrap();
+            std::fs::create_dir_all(&d.disks[gone]).unwrap();
+            // The scans it held are gone whole; the others are laid out again.
+            for m in &now {
+                delete(&d, m);
+            }
+            now.retain(|m| !m.parts.iter().any(|p| p.present && p.disk == gone));
+            for m in &now {
+                write(&d, m);
+            }
             check(&d, &now)?;
         }
     }

@@ -61,9 +61,11 @@ impl Watcher {
         loop {
             // SAFETY: `buf` is valid for `buf.len()` bytes.
             let n = unsafe { libc::read(self.fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
             if n <= 0 {
-                // EAGAIN: nothing more queued (EINTR: take what we have; the rest is read next time).
-                break;
+                break; // EAGAIN: nothing more queued
             }
             parse(&buf[..n as usize], &mut out);
         }

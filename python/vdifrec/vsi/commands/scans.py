@@ -47,15 +47,16 @@ def _choose(st: Station, which: str) -> str:
     round), a number (the session's scans counted from 1, oldest first), ``next`` (the next scan
     the last search matches, after the one set), text found in a session scan's name (ignoring
     case, oldest first), else a scan on the disks by its exact name or a shell-style pattern
-    (``r41*``: the first match by name). Only the catalogue of the disks is asked, never a walk."""
+    (``r41*``: the first match by name; a vdifrec addition, jive5ab takes the text literally).
+    Only the catalogue of the disks is asked, never a walk."""
     if not which:
         if not st.session:
             raise Problem(Code.CONFLICT, "there are no scans recorded in this session")
         return st.session[-1]
     if which in ("inc", "dec"):
-        if not st.session:
-            raise Problem(Code.CONFLICT, f"there is no recorded scan to {'increment' if which == 'inc' else 'decrement'} from")
         k = _session_index(st, st.pointer.name) if st.pointer else -1
+        if k < 0:
+            raise Problem(Code.CONFLICT, f"there is no recorded scan to {'increment' if which == 'inc' else 'decrement'} from")
         return st.session[(k + (1 if which == "inc" else -1)) % len(st.session)]
     number = _session_number(which)
     if number is not None and 1 <= number <= len(st.session):
@@ -70,8 +71,7 @@ def _choose(st: Station, which: str) -> str:
 
 def _session_number(text: str) -> int | None:
     """``text`` as a whole number (``3``, ``+2``, ``007``), as C's strtol reads it whole."""
-    body = text[1:] if text[:1] in "+-" else text
-    return int(text) if body.isdigit() else None
+    return int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else None
 
 
 def _is_pattern(text: str) -> bool:
@@ -79,22 +79,29 @@ def _is_pattern(text: str) -> bool:
 
 
 def _search(st: Station, text: str, after: str | None) -> str:
-    """The first scan, after scan ``after`` (round to the start), that search ``text`` finds:
-    in the session's scans by the text in their names, else on the disks by name or pattern."""
+    """The first scan that search ``text`` finds, after scan ``after`` when it is one of the
+    session's (round to the start): in the session's scans by the text in their names, else on
+    the disks by a pattern, else the text as a scan's name."""
     hits = [s for s in st.session if text.lower() in s.lower()]
+    if hits and after in st.session:
+        # On from the scan set, in the session's order, as jive5ab goes on.
+        k = st.session.index(after)
+        order = st.session[k + 1:] + st.session[:k + 1]
+        return next(s for s in order if s in hits)
     if not hits and _is_pattern(text):
         hits = json.loads(_core.scan_names(st.all_disks, text))["names"]
-    if not hits:
-        if after is not None:
-            raise Problem(Code.ERROR, f"no further scan matches '{text}'")
-        return text
-    if after in hits:
-        return hits[(hits.index(after) + 1) % len(hits)]
-    return hits[0]
+        if hits and after in hits:
+            return str(hits[(hits.index(after) + 1) % len(hits)])
+    return str(hits[0]) if hits else text
 
 
 #: A time code of scan_set, as jive5ab reads one: ``[+-][<n>y][<n>d][<n>h][<n>m][<x>s]``.
-_TIME_CODE = re.compile(r"^([+-]?)(?:(\d+)y)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d*)?)s)?$")
+_TIME_CODE = re.compile(r"^([+-]?)(?:(\d+)y)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d*\.?\d*)s)?$")
+
+
+def _unparsed(text: str) -> Problem:
+    return Problem(Code.ERROR, f"failed to parse byte offset or time code from '{text}' - give s, c, e, s+ (start only), "
+                               "+<bytes>, -<bytes> (0x for hexadecimal) or a time (+10s, -1m30s, 10h05m30s)")
 
 
 class _ScanClock:
@@ -125,16 +132,20 @@ class _ScanClock:
 
 def _time_offset(text: str, base: int, length: int, clock: _ScanClock) -> int | None:
     """A time code as a byte offset: ``+T`` after ``base``, ``-T`` before the end, or a time of
-    day (fields left out are the scan's first frame's) from the scan's start; None if ``text``
-    is no time code."""
+    day from the scan's start (fields left out are the first frame's; a time before the first
+    frame is the next one the scan reaches: ``30s`` is the first half minute in it); None if
+    ``text`` is no time code."""
     m = _TIME_CODE.match(text)
-    if not m or not any(m.groups()[1:]):
+    if not m or not any(m.groups()[1:]) or m.group(6) in (".",):
         return None
     sign, years, days, hours, minutes, seconds = m.groups()
-    if sign and years:
-        raise Problem(Code.BAD_PARAMETER, f"'{text}' - a relative time is days, hours, minutes and seconds")
+    h, mi, sec = int(hours or 0), int(minutes or 0), float(seconds or 0)
+    if h >= 24 or mi >= 60 or sec >= 60:
+        raise _unparsed(text)
     if sign:
-        span = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds or 0)
+        if years:
+            raise _unparsed(text)
+        span = int(days or 0) * 86400 + h * 3600 + mi * 60 + sec
         n = clock.bytes_after_start(span, text)
         return base + n if sign == "+" else length - n
     if clock.start is None:
@@ -143,19 +154,27 @@ def _time_offset(text: str, base: int, length: int, clock: _ScanClock) -> int | 
     year = int(years) if years else t0.year
     doy = int(days) if days else t0.timetuple().tm_yday
     day = _dt.datetime(year, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(days=doy - 1)
-    at = day + _dt.timedelta(hours=int(hours) if hours else t0.hour, minutes=int(minutes) if minutes else t0.minute,
-                             seconds=float(seconds) if seconds else t0.second + t0.microsecond / 1e6)
+    at = day + _dt.timedelta(hours=h if hours else t0.hour, minutes=mi if minutes else t0.minute,
+                             seconds=sec if seconds else t0.second + t0.microsecond / 1e6)
+    # The unit above the largest field given: what rolls on to reach the scan.
+    step = {"s": _dt.timedelta(minutes=1), "m": _dt.timedelta(hours=1), "h": _dt.timedelta(days=1)}
+    coarsest = "y" if years else "d" if days else "h" if hours else "m" if minutes else "s"
+    if at < t0 and coarsest in step:
+        at += step[coarsest]
     return clock.bytes_after_start((at - t0).total_seconds(), text)
 
 
 def _offset(text: str, base: int, length: int, default: int, what: str, clock: _ScanClock) -> int:
-    """An offset of scan_set: `s` (start), `c` (middle), `e` (end less 1 MB), `+N` bytes (after
-    ``base``), `-N` bytes (before the end), or a time (`+30s`, `-1m`, `2026y341d10h05m30s`, as
-    jive5ab reads them); a plain byte number is refused, as by jive5ab."""
+    """An offset of scan_set: `s` (start), `c` (middle), `e` (end less 1 MB), `s+` (64 kB in;
+    these for the start only), `+N` bytes (after ``base``), `-N` bytes (before the end), or a
+    time (`+30s`, `-1m`, `2026y341d10h05m30s`, as jive5ab reads them); a plain byte number is
+    refused, as by jive5ab."""
     if not text:
         return default if what == "stop" else 0
-    fixed = {"s": 0, "c": length // 2, "e": max(length - 1_000_000, 0), "s+": 65536}
+    fixed = {"s": 0, "c": length // 2, "e": length - 1_000_000, "s+": 65536}
     if text in fixed:
+        if what != "start":
+            raise _unparsed(text)
         return fixed[text]
     timed = _time_offset(text, base, length, clock)
     if timed is not None:
@@ -165,20 +184,18 @@ def _offset(text: str, base: int, length: int, default: int, what: str, clock: _
         return base + n if text[0] == "+" else length - n
     if _byte_count(text) is not None:
         raise Problem(Code.BAD_PARAMETER, "only relative byte numbers allowed in this command - +N from the start, -N from the end")
-    raise Problem(Code.BAD_PARAMETER, f"{what} '{text}' - give s, c, e, +<bytes>, -<bytes> or a time (+10s, -1m30s, 10h05m30s)")
+    raise _unparsed(text)
 
 
 def _byte_count(text: str) -> int | None:
-    """A byte count as C's strtoll reads it with base 0: ``4096``, ``0x1000``, ``010`` (octal)."""
-    t = text.lower()
-    try:
-        if t.startswith("0x"):
-            return int(t[2:], 16)
-        if len(t) > 1 and t.startswith("0"):
-            return int(t[1:], 8)
-        return int(t, 10) if t.isdigit() else None
-    except ValueError:
-        return None
+    """A byte count as C's strtoll reads it whole with base 0: ``4096``, ``0x1000``, ``010``."""
+    if re.fullmatch(r"0[xX][0-9a-fA-F]+", text):
+        return int(text[2:], 16)
+    if re.fullmatch(r"0[0-7]+", text):
+        return int(text[1:], 8)
+    if re.fullmatch(r"[0-9]+", text):
+        return int(text, 10)
+    return None
 
 
 def scan_check(st: Station, c: Command) -> Reply:
