@@ -25,7 +25,8 @@ scans: linear or better).
 
 Then BENCH_CATALOGUE_OBSERVE_SECONDS (20; 0 skips it) of back-to-back 2-s scans at the
 reference rate (8.224 Gbit/s) by `observe` onto the disks at their largest size (bench_observe's
-run, onto these disks): zero boundary loss, every seam one frame.
+run, onto these disks): zero boundary loss, every seam one frame. BENCH_CATALOGUE_DEBUG=1 also
+prints its per-second rows (frames received, frames the full ring dropped).
 """
 
 from __future__ import annotations
@@ -372,6 +373,8 @@ def observe_on(tree: Tree, seconds: float) -> None:
             ("boundary loss (target 0)", o["boundary_loss"], "frames"),
             ("seams where next first - last != 1 frame (target 0)", len(bad_seams), f"of {len(o['seams'])}"),
             ("scans not recorded", len(o["missed"]), ""),
+            ("recorder ready, after the first window's start", o["ready_after_first_window_s"], "s (its start-up "
+             "searches the disks for unclosed scans; negative: before)"),
             ("kernel drops (whole run)", o["rec"].kernel_drops, "datagrams"),
             ("ring overflows in the windows", o["overflows"], "frames"),
         ],

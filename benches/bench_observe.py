@@ -310,6 +310,7 @@ def observe_run(n: int, scan_s: float, ring: str, disks: list[Path] | None = Non
         runner.start()
         if not listening.wait(30):
             raise RuntimeError("the session did not start listening within 30 s")
+        ready = time.time() - t0  # the recorder's start, against the first window's
         if "error" in out:
             raise RuntimeError(f"the session failed: {out['error']}") from out["error"]
         assert session.recorder is not None and session.recorder.address is not None
@@ -378,6 +379,7 @@ def observe_run(n: int, scan_s: float, ring: str, disks: list[Path] | None = Non
         "at_edges": sum(sc.frames_lost_at_edges for sc in scans if sc is not None),
         "window_frames": round(n * scan_s * FPS),
         "cpu_ns": rec.capture_cpu_s / max(rec.frames_received, 1) * 1e9,
+        "ready_after_first_window_s": ready,
     }
 
 
