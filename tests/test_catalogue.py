@@ -130,6 +130,12 @@ def test_scan_set_finds_scans_by_pattern_and_next_as_jive5ab_does(tmp_path: Path
         # A failed scan_set keeps the scan set before it.
         assert serve.one("scan_set=r43*").code == 4
         assert serve.one("scan_set?").fields[1] == "r41_kv_no0001"
+        # A scan is a name at the top of the disks and nothing else: a path outside them is never
+        # opened, and nothing of what lies there is said.
+        (tmp_path / "outside").write_bytes(b"root:x:0:0" + bytes(2000))
+        for probe in ("/etc/passwd", str(tmp_path / "outside"), "../outside", "../disk1/r41_kv_no0001"):
+            r = serve.one(f"scan_set={probe}")
+            assert r.code == 4 and r.fields == (f"'{probe}' does not exist in Mk6/VBS format",), r
         # Byte offsets as C's strtoll reads them: hexadecimal too.
         assert serve.one(f"scan_set=r42_kv_no0001:+{FS:#x}:-{FS}").code == 0
         assert serve.one("scan_set?").fields == ("-1", "r42_kv_no0001", str(FS), str(19 * FS))

@@ -167,24 +167,25 @@ def _time_offset(text: str, base: int, length: int, clock: _ScanClock) -> int | 
 def _offset(text: str, base: int, length: int, default: int, what: str, clock: _ScanClock) -> int:
     """An offset of scan_set: `s` (start), `c` (middle), `e` (end less 1 MB), `s+` (64 kB in;
     these for the start only), `+N` bytes (after ``base``), `-N` bytes (before the end), or a
-    time (`+30s`, `-1m`, `2026y341d10h05m30s`, as jive5ab reads them); a plain byte number is
-    refused, as by jive5ab."""
+    time (`+30s`, `-1m`, `2026y341d10h05m30s`, as jive5ab reads them); anything else without a
+    sign is refused with 8 and a sign with no number after it with 4, as jive5ab 3.1 answers."""
     if not text:
         return default if what == "stop" else 0
     fixed = {"s": 0, "c": length // 2, "e": length - 1_000_000, "s+": 65536}
-    if text in fixed:
-        if what != "start":
-            raise _unparsed(text)
+    if text in fixed and what == "start":
         return fixed[text]
     timed = _time_offset(text, base, length, clock)
     if timed is not None:
         return timed
-    n = _byte_count(text[1:]) if text[0] in "+-" else None
-    if n is not None:
-        return base + n if text[0] == "+" else length - n
-    if _byte_count(text) is not None:
-        raise Problem(Code.BAD_PARAMETER, "only relative byte numbers allowed in this command - +N from the start, -N from the end")
-    raise _unparsed(text)
+    if text[0] not in "+-":
+        # As jive5ab answers anything else without a sign (a plain number, a word, `e` as the
+        # stop).
+        raise Problem(Code.BAD_PARAMETER, "only relative byte numbers allowed in this command - +N from the start, "
+                                          "-N from the end, s, c, e or s+ for the start, or a time (+10s, 10h05m30s)")
+    n = _byte_count(text[1:])
+    if n is None:
+        raise _unparsed(text)
+    return base + n if text[0] == "+" else length - n
 
 
 def _byte_count(text: str) -> int | None:
