@@ -18,7 +18,7 @@
 //! Memory: one entry per name, whatever the number of disks holding it (the name, and two
 //! bits per disk: about 250 bytes a name at 36 disks, 5 MB for 20,000 scans); nothing per
 //! chunk or block. A listing holds each disk's names and chunk numbers in a few buffers for
-//! as long as it runs (about 40 MB for 20,000 scans on 36 disks), sized on the caller's thread
+//! as long as it runs (about 60 MB for 20,000 scans on 36 disks), sized on the caller's thread
 //! so that they leave nothing behind in the reading threads' allocator arenas.
 
 mod holding;
