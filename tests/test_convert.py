@@ -5,6 +5,11 @@ count as they should, and `vdifrec check` passes the output."""
 
 from __future__ import annotations
 
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import astropy.units as u
@@ -200,6 +205,53 @@ def test_a_frame_unlike_the_first_stops_it_and_leaves_nothing(tmp_path: Path, cl
     assert res.returncode == 1
     assert f"frame 5 (byte {5 * FS} of {inp}): a frame of thread 0 has 8 channels" in res.stderr, res.stderr
     assert not out.exists()
+
+
+def test_a_failed_conversion_leaves_the_file_it_would_replace(tmp_path: Path, cli) -> None:
+    """--force replaces OUT only once the new one is whole: a corrupt input leaves the old file
+    as it was, and nothing beside it."""
+    good = generated(tmp_path, nchan=4, bits=2)
+    bad = tmp_path / "bad.vdif"
+    raw = bytearray(good.read_bytes())
+    raw[5 * FS + 11] ^= 0x01  # frame 5: 8 channels
+    bad.write_bytes(bytes(raw))
+    out = tmp_path / "out.vdif"
+    assert vdifrec.convert(good, out, channels=[0])["frames_out"] > 0
+    before = out.read_bytes()
+    res = cli("convert", str(bad), str(out), "--channels", "0", "--force")
+    assert res.returncode == 1 and "frame 5" in res.stderr, res.stderr
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.vdif", "in.vdif", "out.vdif"]
+
+
+def _file_size_limit(limit: int) -> Callable[[], None]:
+    """A child's files held to `limit` bytes (writes past it fail with EFBIG, as on a disk that
+    is full for this output): the way to fill a disk that needs no right to mount one."""
+    def limit_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel's signal ends the child
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return limit_files
+
+
+def test_a_full_disk_exits_1_with_what_was_written_and_keeps_the_old_output(tmp_path: Path) -> None:
+    inp = generated(tmp_path, nchan=4, bits=2, threads=2)
+    out = tmp_path / "out.vdif"
+    out.write_bytes(b"the previous conversion")
+    limit = 10 * FS + 100
+    cmd = [sys.executable, "-m", "vdifrec.cli", "convert", str(inp), str(out), "--force"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, preexec_fn=_file_size_limit(limit))
+    assert res.returncode == 1, res.stdout + res.stderr
+    # The output is written 8 MiB at a time: what reached the part before the limit is the
+    # whole frames under it.
+    assert res.stderr == (f"vdifrec convert: cannot write {out}: File too large (os error 27), after 10 frames "
+                          f"({10 * FS} bytes) of the conversion; the file of that name is as it was\n"), res.stderr
+    assert out.read_bytes() == b"the previous conversion"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.vdif", "out.vdif"]
+    # Without --force and no file before: nothing is left under the name.
+    out.unlink()
+    res = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=120, preexec_fn=_file_size_limit(limit))
+    assert res.returncode == 1 and res.stderr.endswith("; nothing was left under that name\n"), res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.vdif"]
 
 
 def numpy_corner_turn(payload: np.ndarray, nchan: int, bits: int, channel: int) -> np.ndarray:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import delivered, frames_of, left_out, loss_by_second, read_until, run_cli
+from conftest import delivered, free_udp_port, frames_of, left_out, loss_by_second, read_until, run_cli
 
 import vdifrec
 
@@ -274,3 +274,114 @@ def test_a_corner_turned_and_reframed_stream_is_the_input_channels_sample_for_sa
     assert report["totals"]["invalid"] == 0
     assert report["totals"]["lost"] == sum(loss_by_second(frames_of(far_raw, 544), 4000).values())
     assert report["totals"]["lost"] <= at_far.kernel_drops
+
+
+# -- a forward that would feed the recorder itself ----------------------------------------------
+
+
+def _own_spellings(port: int) -> list[str]:
+    """Destinations that are this host at `port`, in the spellings a user might write."""
+    spellings = [f"udp://127.0.0.1:{port}", f"udp://127.9.8.7:{port}", f"udp://0.0.0.0:{port}",
+                 f"udp://[::ffff:127.0.0.1]:{port}", f"udps://[::ffff:0.0.0.0]:{port}", f"udp://[::]:{port}"]
+    if socket.has_ipv6:
+        spellings.append(f"udp://[::1]:{port}")
+    return spellings
+
+
+def test_every_spelling_of_the_recorders_own_port_is_refused_by_the_api_and_the_cli() -> None:
+    port = free_udp_port()
+    rec = vdifrec.Recorder(port=port, ring="32MiB", frame_size=FS).start()
+    try:
+        for dest in _own_spellings(port):
+            assert rec.forward_feeds_itself(dest), dest
+            with pytest.raises(vdifrec.ArgumentError, match="own data port"):
+                rec.add_forward(dest)
+        # Another port of this host, TCP, and another host at the same port are no loop.
+        assert not rec.forward_feeds_itself(f"udp://127.0.0.1:{port + 1 if port < 65535 else port - 1}")
+        assert not rec.forward_feeds_itself(f"tcp://127.0.0.1:{port}")
+        assert not rec.forward_feeds_itself(f"udp://198.51.100.7:{port}")  # a documentation address
+        assert rec.forwards() == []
+    finally:
+        rec.stop()
+    for dest in _own_spellings(port)[:4]:
+        r = run_cli("record", f"--port={port}", "--no-write", "--duration=1", f"--forward={dest}", timeout=60)
+        assert r.returncode == 2 and "--forward" in r.stderr and "own data port" in r.stderr, (dest, r.stderr)
+
+
+_IN_NAMESPACE = """
+import json, sys, time
+import vdifrec
+port, fs = int(sys.argv[1]), int(sys.argv[2])
+# Bound to every address of this namespace: its own interface address at the port is a loop.
+rec = vdifrec.Recorder(port=port, bind="0.0.0.0", ring="32MiB", frame_size=fs)
+rec.start()
+own = {d: rec.forward_feeds_itself(d) for d in sys.argv[3:]}
+fid = rec.add_forward(f"udp://198.18.0.1:{port}")
+print("ready", flush=True)
+deadline = time.monotonic() + 30
+while rec.stats().frames_received < 2000 and time.monotonic() < deadline:
+    time.sleep(0.05)
+s = rec.stop()
+f = s.forward[0]
+print(json.dumps({"own": own, "received": s.frames_received, "forwarded": f.frames, "refused": f.refused}), flush=True)
+"""
+
+_FAR_END = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+s.bind(("198.18.0.1", int(sys.argv[1])))
+s.settimeout(1.0)
+print("ready", flush=True)
+n, deadline = 0, time.monotonic() + 40
+while n < 2000 and time.monotonic() < deadline:
+    try:
+        s.recv(65536)
+        n += 1
+    except TimeoutError:
+        pass
+print(n, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_recorder_on_every_address_forwards_to_another_host_at_its_own_port_number(tmp_path: Path) -> None:
+    """Station and correlator at the same port number on two hosts (two network namespaces of
+    the test's own): forwarding there is no loop, while the recorder's own interface address at
+    that port is."""
+    import netns
+
+    try:
+        pair = netns.veth_pair()
+        net = pair.__enter__()
+    except netns.NamespacesUnavailable as e:
+        pytest.skip(str(e))
+    try:
+        port = 47_123
+        own, other = f"udp://{netns.RECEIVER_V4}:{port}", f"udp://{netns.SENDER_V4}:{port}"
+        far = subprocess.Popen(["ip", "netns", "exec", net["ns_s"], sys.executable, "-c", _FAR_END, str(port)],
+                               stdout=subprocess.PIPE, text=True)
+        rec = subprocess.Popen(["ip", "netns", "exec", net["ns_r"], sys.executable, "-c", _IN_NAMESPACE, str(port),
+                                str(FS), own, other, f"udp://0.0.0.0:{port}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert far.stdout is not None and far.stdout.readline().strip() == "ready"
+            assert rec.stdout is not None and rec.stdout.readline().strip() == "ready", rec.communicate(timeout=30)
+            send = netns.sh("ip", "netns", "exec", net["ns_s"], sys.executable, "-m", "vdifrec.cli", "send", "--to",
+                            f"{netns.RECEIVER_V4}:{port}", "--frames", "2000", "--fps", "2000")
+            assert send.returncode == 0, send.stderr
+            out, err = rec.communicate(timeout=60)
+            got = int(far.communicate(timeout=60)[0].strip())
+        finally:
+            for p in (far, rec):
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate(timeout=30)
+        assert rec.returncode == 0, err
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["own"] == {own: True, other: False, f"udp://0.0.0.0:{port}": True}
+        assert result["refused"] == 0 and result["received"] == 2000, result
+        # Every frame recorded went on to the other host (a veth pair drops nothing).
+        assert result["forwarded"] == 2000 and got == 2000, (result, got)
+    finally:
+        pair.__exit__(None, None, None)

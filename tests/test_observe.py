@@ -288,6 +288,25 @@ def test_a_schedule_past_and_not_vdif_is_missed_with_the_reason(tmp_path: Path) 
     assert not summary.ok and summary.recorded == 0 and os.listdir(disk) == []
 
 
+def test_an_empty_window_is_missed_with_a_warning_and_a_far_time_exits_2(tmp_path: Path) -> None:
+    """A scan whose data_stop is its data_good is missed saying so, and warned of; a time no date
+    holds is a schedule error naming its line, as every other bad schedule is."""
+    t0 = whole_second_from_now(3600)
+    vex = make_vex(tmp_path / "e.vex", experiment="VT26J", stations=["Ky"], **FORMAT, scans=[("e1", t0, 0, 3)])
+    disk = tmp_path / "disk0"
+    disk.mkdir()
+    summary = vdifrec.observe(vex, "Ky", disks=str(disk), port="0")
+    why = "its window is empty (data_stop = data_good): there is nothing to record"
+    assert [(r.state, r.why) for r in summary.scans] == [("missed", why)]
+    assert summary.warnings == [f"e1: {why}"] and os.listdir(disk) == []
+    far = tmp_path / "far.vex"
+    far.write_text(vex.read_text().replace("station=Ky: 3 sec: 3 sec:", "station=Ky: 3 sec: 1e300 sec:"))
+    assert far.read_text() != vex.read_text()
+    r = run_cli("observe", str(far), "--station", "Ky", "--port", "0", "--disk", str(disk))
+    assert r.returncode == 2 and "far.vex:" in r.stderr and "1e+300 sec" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
 @pytest.mark.slow
 def test_a_window_within_a_second_one_inside_another_and_a_stream_that_stops(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:

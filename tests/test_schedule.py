@@ -568,3 +568,50 @@ def test_a_ref_naming_the_station_wins_over_one_for_all_in_another_block() -> No
                                   "$BITSTREAMS;\ndef B; stream_sample_rate = 32 Ms/sec; enddef;\n"))
     f = s.format("Ky", "m")
     assert f is not None and f.kind == "MARK5B" and not f.is_vdif
+
+
+# -- times out of range, empty windows, a byte-order mark ---------------------------------------
+
+_ONE_SCAN = _MINIMAL + "$TRACKS;\ndef T; track_frame_format = VDIF5032; enddef;\n$SCHED;\n"
+
+
+@pytest.mark.parametrize(
+    ("scan", "message"),
+    [
+        ("scan A; start=9999y365d23h59m59s; mode=m; station=Ky: 0 sec: 10 sec; endscan;",
+         "data_stop 10 sec after the start 9999-12-31T23:59:59Z is past the last time a date can hold (9999-12-31)"),
+        ("scan A; start=2026y064d12h00m00s; mode=m; station=Ky: 0 sec: 1e300 sec; endscan;",
+         "data_stop 1e+300 sec after the start 2026-03-05T12:00:00Z is past the last time a date can hold (9999-12-31)"),
+        ("scan A; start=2026y064d12h00m00s; mode=m; station=Ky: 1e400 sec: 1e401 sec; endscan;",
+         "data_stop 1e+401 sec after the start 2026-03-05T12:00:00Z is past the last time a date can hold (9999-12-31)"),
+    ],
+    ids=["year-9999", "1e300-sec", "no-float-holds-it"],
+)
+def test_times_past_what_a_date_holds_exit_2_naming_the_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            scan: str, message: str) -> None:
+    p = tmp_path / "far.vex"
+    p.write_text(vex(_ONE_SCAN + scan + "\n"))
+    line = p.read_text().count("\n")
+    code, out, err = run(capsys, str(p), "--station", "Ky")
+    assert (code, out, err) == (2, "", f"vdifrec plan: error: {p}:{line}: scan A, station Ky: {message}\n")
+
+
+def test_an_empty_window_is_a_warning_of_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "empty.vex"
+    p.write_text(vex(_ONE_SCAN + "scan A; start=2026y064d12h00m00s; mode=m; station=Ky: 5 sec: 5 sec; endscan;\n"
+                     "scan B; start=2026y064d12h01m00s; mode=m; station=Ky: 0 sec: 5 sec; endscan;\n"))
+    code, out, _ = run(capsys, str(p), "--station", "Ky", "--now", "2026-03-05T11:00:00")
+    assert code == 0
+    assert [x for x in out.splitlines() if x.startswith("warning")] == [
+        "warning: scan A: its window is empty (data_stop = data_good): there is nothing to record"]
+    plan = make_plan(Schedule.read(p), "Ky", now=BEFORE)
+    assert [(w.kind, w.blocks, w.scans) for w in plan.warnings] == [("empty", False, ("A",))]
+
+
+def test_a_byte_order_mark_before_the_revision_is_read(tmp_path: Path) -> None:
+    text = vex(_ONE_SCAN + "scan A; start=2026y064d12h00m00s; mode=m; station=Ky: 0 sec: 5 sec; endscan;\n")
+    p = tmp_path / "bom.vex"
+    p.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    plain = Schedule.parse(text)
+    for s in (Schedule.read(p), Schedule.parse("\ufeff" + text), Schedule.parse(b"\xef\xbb\xbf" + text.encode())):
+        assert rows(s, "Ky") == rows(plain, "Ky") and len(rows(s, "Ky")) == 1

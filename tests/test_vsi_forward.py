@@ -186,6 +186,29 @@ def test_mem2net_forwards_a_scan_in_udps_while_it_records(serve: Serve, tmp_path
     in_order_of(sent_frames, [p[8:] for p in packets])
 
 
+@pytest.mark.network
+def test_mem2net_to_any_spelling_of_this_host_at_net_port_is_refused_and_brackets_are_read(serve: Serve) -> None:
+    """The recorder's own rule (an address of this host at a port it receives on), as the API
+    and the CLI apply it; an IPv6 address may come in brackets."""
+    port = free_udp_port()
+    assert [r.code for r in serve(f"net_protocol=udps;net_port={port}")] == [0, 0]
+    for host in ("0.0.0.0", "127.0.0.1", "127.1.2.3", "[::ffff:127.0.0.1]", "::ffff:127.0.0.1", "localhost",
+                 f"0.0.0.0@{port}", f"[::]@{port}"):
+        r = serve.one(f"mem2net=connect:{host}")
+        assert (r.code, len(r.fields)) == (6, 1) and "own data port" in r.fields[0], (host, r)
+        assert serve.one("mem2net?").fields == ("inactive",)
+    if socket.has_ipv6:
+        other = free_udp_port()
+        r = serve.one(f"mem2net=connect:[::1]@{other}")
+        assert r.code == 0, r
+        # The reply's fields are split at colons, an IPv6 host's too (as jive5ab's would be).
+        fields = serve.one("mem2net?").fields
+        assert (":".join(fields[:-1]), fields[-1]) == (f"[::1]@{other}", "<CONNECTED,>"), fields
+        assert serve.one("mem2net=disconnect").code == 0
+    r = serve.one("mem2net=connect:[::1]")
+    assert r.code == 6 and "own data port" in r.fields[0], r
+
+
 @pytest.mark.slow
 @pytest.mark.network
 def test_mem2net_in_tcp_goes_to_net_ports_port_and_survives_a_new_net_port(serve: Serve, tmp_path: Path) -> None:

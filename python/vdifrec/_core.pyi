@@ -229,6 +229,8 @@ class Recorder:
         """The observation document (JSON) the status serves; None clears it."""
     def add_forward(self, destination: str, enabled: bool = True) -> int:
         """Forwards to ``destination`` from the newest frame on; its id (ArgumentError names ``forward``)."""
+    def forward_feeds_itself(self, destination: str) -> bool:
+        """Whether forwarding to ``destination`` would send the stream to this recorder's own data port."""
     def set_forward(self, id: int, enabled: bool) -> None:
         """Pauses (False) or resumes (True) forwarding to destination ``id``."""
     def pace_forward(self, id: int, pacing: str) -> None:

@@ -32,8 +32,11 @@ def convert(
     path : str or os.PathLike
         The file; with ``disks``, the scan's name.
     out : str or os.PathLike
-        The file to write. An existing file is overwritten only with ``force``
-        (``FileExistsError`` otherwise), and never when it is the input.
+        The file to write. An existing file is replaced only with ``force``
+        (``FileExistsError`` otherwise), and never when it is the input. The output is
+        written beside it (``.NAME.part-PID``) and renamed to ``out`` once whole: a conversion
+        that fails (``FormatError``, or ``OSError`` from a full disk, which says how far it got)
+        leaves no file under the name, or with ``force`` the one it would have replaced.
     threads : str or sequence of int, optional
         Keep the frames of these VDIF thread IDs only: ``"0-3,7"`` or ``[0, 1, 2, 3, 7]``.
         Each must be one of the stream's (those of its first frames).
@@ -53,7 +56,7 @@ def convert(
     format : {"file", "vbs", "mk6"}, optional
         The scan's layout; detected by default.
     force : bool, optional
-        Overwrite ``out`` if it exists.
+        Replace ``out`` if it exists, once the new one is whole.
 
     Returns
     -------

@@ -275,6 +275,14 @@ class Recorder:
         ``forward``."""
         return self._core.add_forward(destination, enabled)
 
+    def forward_feeds_itself(self, destination: str) -> bool:
+        """Whether forwarding to ``destination`` would send the stream back to this recorder's
+        own data port: a datagram destination whose address is one of this host's (loopback,
+        ``0.0.0.0`` or ``::``, any address of its interfaces, in IPv4-mapped form too) at a
+        port the recorder receives on. ``add_forward`` refuses such a destination; another
+        host at the same port is no loop. A bad destination raises ``ArgumentError``."""
+        return self._core.forward_feeds_itself(destination)
+
     def set_forward(self, id: int, enabled: bool) -> None:
         """Pauses (False) or resumes (True) forwarding to destination ``id``; it stays
         connected, and frames passed over while paused are not counted as skipped."""

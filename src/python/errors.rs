@@ -252,9 +252,14 @@ pub fn convert_err(e: ConvertError) -> PyErr {
         ConvertError::Scan(s) => scan_err(s),
         ConvertError::Exists(_) => PyFileExistsError::new_err(e.to_string()),
         ConvertError::Frame { .. } => FormatError::new_err(e.to_string()),
-        ConvertError::Write {
+        ConvertError::Create {
             ref path,
             ref source,
+        }
+        | ConvertError::Write {
+            ref path,
+            ref source,
+            ..
         } => io_err(source, e.to_string(), path),
     }
 }

@@ -253,6 +253,14 @@ impl PyRecorder {
         })
     }
 
+    /// Whether forwarding to `destination` would send the stream back to this recorder's own
+    /// data port (an address of this host at a port it receives on): `add_forward` refuses it.
+    fn forward_feeds_itself(&self, py: Python<'_>, destination: String) -> PyResult<bool> {
+        self.with_recorder(py, |r| {
+            r.forward_feeds_itself(&destination).map_err(arg_err)
+        })
+    }
+
     /// Pauses (false) or resumes (true) forwarding to destination `id`.
     fn set_forward(&self, py: Python<'_>, id: u32, enabled: bool) -> PyResult<()> {
         self.with_recorder(py, |r| r.set_forward(id, enabled).map_err(arg_err))

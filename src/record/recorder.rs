@@ -13,7 +13,7 @@ use crate::record::capture::{self, CaptureSetup};
 pub use crate::record::config::{
     BackendKind, PortOption, RecorderConfig, RecorderOptions, StreamAddr, Target,
 };
-use crate::record::forward::{ForwardStats, Forwarding};
+use crate::record::forward::{Destination, ForwardStats, Forwarding};
 use crate::record::live::{Analyser, LiveMonitor};
 use crate::record::ring::{RingError, RingMemory};
 use crate::record::scan::disks::{open_disks, unused_name, DiskSet};
@@ -502,6 +502,14 @@ impl Recorder {
             ));
         }
         self.forwarding.add(destination, enabled, true)
+    }
+
+    /// Whether forwarding to `destination` would send the stream back to this recorder's own
+    /// data port (`add_forward` refuses it then); an error if it is no destination.
+    pub fn forward_feeds_itself(&self, destination: &str) -> Result<bool, ArgError> {
+        Ok(self
+            .forwarding
+            .feeds_itself(&Destination::parse(destination)?))
     }
 
     /// Pauses (false) or resumes (true) forwarding to destination `id`.

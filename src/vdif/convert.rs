@@ -5,8 +5,10 @@
 //! the stream's first header and its threads (those of its first frame sets, as baseband
 //! learns them), and the output, never the input itself. A frame unlike the first (another
 //! size or layout, a header that does not parse) stops the conversion, naming the frame and
-//! where it lies; the output is removed then, as on any failure, so that a file of that name
-//! is always a whole conversion.
+//! where it lies. The output is written beside its name (`.NAME.part-PID`) and renamed to it
+//! once whole, so that a file of that name is always a whole conversion: a conversion that
+//! fails (a frame unlike the first, a full disk) leaves no part and, with `force`, the file it
+//! would have replaced as it was.
 //!
 //! The frames of one time (a frame set: one frame per thread) are written together in
 //! frame-number order: a frame cut into k pieces makes frames f·k … f·k + k − 1 of every
@@ -58,10 +60,20 @@ pub enum ConvertError {
         offset: usize,
         why: String,
     },
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot make {path}: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Writing failed once the output was made (a full disk, an I/O error): what the
+    /// conversion had written, none of which is left.
+    #[error("cannot write {path}: {source}, after {frames} frames ({bytes} bytes) of the conversion; {left}")]
     Write {
         path: PathBuf,
         source: std::io::Error,
+        frames: u64,
+        bytes: u64,
+        left: &'static str,
     },
 }
 
@@ -135,16 +147,15 @@ pub fn convert(
     for &t in first_threads.iter().filter(|&&t| transform.wants(t)) {
         transform.out_threads(t)?;
     }
-    let file = create(out, &source.paths, force)?;
-    let written = write(&source, &mut transform, file, out);
-    let counts = match written {
-        Ok(c) => c,
-        Err(e) => {
-            // Part of a conversion under the asked-for name would pass for a whole one.
-            let _ = std::fs::remove_file(out);
-            return Err(e);
-        }
+    let replaces = check_out(out, &source.paths, force)?;
+    let part = Part::create(out)?;
+    let left = if replaces {
+        "the file of that name is as it was"
+    } else {
+        "nothing was left under that name"
     };
+    let counts = write(&source, &mut transform, &part, out, left)?;
+    part.finish(out, force)?;
     let mut threads_out = Vec::new();
     for t in counts.threads().filter(|&t| transform.wants(t)) {
         threads_out.extend(transform.out_threads(t)?);
@@ -288,8 +299,9 @@ impl Source {
     }
 }
 
-/// Makes the output file: new, or emptied with `force`, but never one of `inputs`.
-fn create(out: &Path, inputs: &[PathBuf], force: bool) -> Result<File, ConvertError> {
+/// Whether `out` may be written: absent, or there and `force` given, but never one of
+/// `inputs`; true when it is there (and will be replaced).
+fn check_out(out: &Path, inputs: &[PathBuf], force: bool) -> Result<bool, ConvertError> {
     if let Ok(o) = std::fs::metadata(out) {
         let same = |p: &PathBuf| {
             std::fs::metadata(p).is_ok_and(|m| m.dev() == o.dev() && m.ino() == o.ino())
@@ -304,21 +316,61 @@ fn create(out: &Path, inputs: &[PathBuf], force: bool) -> Result<File, ConvertEr
         if !force {
             return Err(ConvertError::Exists(out.to_path_buf()));
         }
+        return Ok(true);
     }
-    let mut options = OpenOptions::new();
-    options.write(true);
-    if force {
-        options.create(true).truncate(true);
-    } else {
-        options.create_new(true);
+    Ok(false)
+}
+
+/// The output while it is written: a file beside `out`, removed unless `finish` renames it.
+struct Part {
+    path: PathBuf,
+    file: Option<File>,
+}
+
+impl Part {
+    fn create(out: &Path) -> Result<Part, ConvertError> {
+        let name = out
+            .file_name()
+            .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
+        let path = out.with_file_name(format!(".{name}.part-{}", std::process::id()));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|source| ConvertError::Create {
+                path: out.to_path_buf(),
+                source,
+            })?;
+        Ok(Part {
+            path,
+            file: Some(file),
+        })
     }
-    options.open(out).map_err(|source| match source.kind() {
-        std::io::ErrorKind::AlreadyExists => ConvertError::Exists(out.to_path_buf()),
-        _ => ConvertError::Write {
-            path: out.to_path_buf(),
-            source,
-        },
-    })
+
+    /// The whole output under its name. Without `force` a file that appeared there meanwhile
+    /// is kept (a hard link is made only where the name is free); with it, replaced.
+    fn finish(mut self, out: &Path, force: bool) -> Result<(), ConvertError> {
+        self.file = None;
+        let done = if force {
+            std::fs::rename(&self.path, out)
+        } else {
+            std::fs::hard_link(&self.path, out)
+        };
+        done.map_err(|source| match source.kind() {
+            std::io::ErrorKind::AlreadyExists => ConvertError::Exists(out.to_path_buf()),
+            _ => ConvertError::Create {
+                path: out.to_path_buf(),
+                source,
+            },
+        })
+    }
+}
+
+impl Drop for Part {
+    fn drop(&mut self) {
+        // After a rename there is nothing here to remove; after a link, the part's name.
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// What went through: frames kept and written, and every input thread seen.
@@ -337,12 +389,26 @@ impl Counts {
 fn write(
     source: &Source,
     transform: &mut Transform,
-    file: File,
+    part: &Part,
     out: &Path,
+    left: &'static str,
 ) -> Result<Counts, ConvertError> {
-    let write_err = |source| ConvertError::Write {
-        path: out.to_path_buf(),
-        source,
+    let file = part
+        .file
+        .as_ref()
+        .expect("a part being written has its file");
+    let frame_size = transform.out_frame_size() as u64;
+    // What the conversion got to before the error: what reached the part (removed since), in
+    // whole frames.
+    let write_err = |source| {
+        let bytes = file.metadata().map_or(0, |m| m.len());
+        ConvertError::Write {
+            path: out.to_path_buf(),
+            source,
+            frames: bytes / frame_size,
+            bytes: bytes / frame_size * frame_size,
+            left,
+        }
     };
     let mut w = BufWriter::with_capacity(8 << 20, file);
     let mut sets = FrameSets::new(transform.out_frame_size());
@@ -382,7 +448,7 @@ fn write(
     }
     sets.close(&mut pending);
     w.write_all(&pending).map_err(write_err)?;
-    let file = w.into_inner().map_err(|e| write_err(e.into_error()))?;
+    w.flush().map_err(write_err)?;
     file.sync_all().map_err(write_err)?;
     Ok(counts)
 }

@@ -4,6 +4,7 @@ channels corner-turned into single-channel threads and frames cut smaller."""
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from typing import Any
 
@@ -28,8 +29,11 @@ def add_convert(sub: Any) -> None:
         "legacy). --payload N cuts each frame of Q payload bytes (after any corner turn) into Q/N frames, "
         "frame number f becoming f*Q/N+i: the frame rate becomes Q/N times the input's. The frames of one "
         "time are written together, in frame-number order. Every option is checked against the stream "
-        "before anything is written. Exit status 0 when written, 1 when the input cannot be read whole (a "
-        "frame unlike the first, a missing part: nothing is left at OUT), 2 on usage errors.",
+        "before anything is written. OUT is written beside its name and renamed to it once whole: a "
+        "conversion that fails leaves nothing under that name, or with --force the file it would have "
+        "replaced as it was. Exit status 0 when written, 1 when the input cannot be read whole (a frame unlike "
+        "the first, a missing part) or the disk cannot take the output (full: said with what was written), "
+        "2 on usage errors.",
     )
     p.add_argument("input", metavar="IN", type=path, help="the VDIF file, or with --disk the scan's name")
     p.add_argument("out", metavar="OUT", type=output,
@@ -43,8 +47,12 @@ def add_convert(sub: Any) -> None:
                    help="payload bytes of each output frame: a multiple of 8 (and of one sample time of every channel) "
                         "that divides the payload, after any corner turn; frames are numbered as many times as fast")
     add_disk_arguments(p, required=False)
-    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists (once the new one is whole)")
     p.set_defaults(func=_run_convert)
+
+
+#: What a disk that cannot take the output says.
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
 
 def _run_convert(a: argparse.Namespace) -> int:
@@ -52,6 +60,10 @@ def _run_convert(a: argparse.Namespace) -> int:
         r = convert(a.input, a.out, threads=a.threads, channels=a.channels, payload=a.payload,
                     disks=a.disks, format=a.format, force=a.force)
     except OSError as exc:
+        if exc.errno in _DISK_FULL:
+            # Not a usage error: the disk could not take the conversion (said with what it got to).
+            print(f"vdifrec convert: {os_error(exc)}", file=sys.stderr)
+            return PROBLEMS
         raise UsageError(os_error(exc)) from None
     except _core.FormatError as exc:  # GapError too
         print(f"vdifrec convert: {exc}", file=sys.stderr)

@@ -28,6 +28,7 @@ from ..scans import expand_disks
 from ..scans import find_scan
 from ..schedule import Schedule, ScheduleError, make_plan
 from ..schedule.model import iso
+from ..schedule.plan import EMPTY_WINDOW
 from ..units import iso_utc
 from .checks import CLOCK_LIMIT_S, clock_warning, mismatches, newest_frame_time, stream_seen
 from .results import BEFORE, INTERRUPTED, MISSED, NOT_OK, RECORDED, RECORDING, WAITING, ScanResult, SessionSummary
@@ -122,6 +123,9 @@ class Session:
                 r.state, r.why = MISSED, s.name_problem
             elif found is not None and _covers(found, s):
                 r.state, r.why = BEFORE, f"{s.disk_name} is on the disks, closed, over its whole window: left alone"
+            elif s.seconds <= 0:
+                r.state, r.why = MISSED, EMPTY_WINDOW
+                self.summary.warnings.append(f"{s.name}: {EMPTY_WINDOW}")
             elif _unix(s.window_stop) <= now:
                 r.state = MISSED
                 r.why = "its window had passed when the session started"

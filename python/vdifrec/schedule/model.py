@@ -13,6 +13,7 @@ import dataclasses
 import datetime as dt
 import math
 import os
+from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -177,6 +178,25 @@ class _Scan:
     order: int
 
 
+def _in_range(start: dt.datetime, seconds: Fraction) -> bool:
+    """Whether ``start`` plus ``seconds`` is a time a datetime holds (a VEX file may write any
+    number: ``1e300 sec``, or a start in the year 9999)."""
+    try:
+        start + dt.timedelta(seconds=float(seconds))
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
+def _seconds(seconds: Fraction) -> str:
+    """A duration as written back to the operator: ``1e+300`` rather than 301 digits (and a
+    number no float holds as well)."""
+    try:
+        return f"{float(seconds):g}"
+    except OverflowError:
+        return f"{(Decimal(seconds.numerator) / Decimal(seconds.denominator)).normalize():e}"
+
+
 class Schedule:
     """A VEX 1.5 or 2.0 schedule.
 
@@ -288,11 +308,11 @@ class Schedule:
                 raise ScheduleError(f"{self._where(mode.line)}: scan {d.name} uses mode {mode.value(0)}, "
                                     f"which $MODE does not define (modes there: {known})")
             sources = tuple(s.value(0) for s in d.all("source") if s.value(0))
-            takes = tuple(self._take(d, s) for s in d.all("station"))
+            takes = tuple(self._take(d, s, when) for s in d.all("station"))
             scans.append(_Scan(d.name, when, mode.value(0), sources, takes, d.line, order))
         return scans
 
-    def _take(self, scan: Def, s: Statement) -> _Take:
+    def _take(self, scan: Def, s: Statement, start: dt.datetime) -> _Take:
         """``station=Br: 6 sec: 180 sec: 1.449 GB: : &ccw : 1;``: code : data_good : data_stop :
         position : pass : sector : record flag (1 or left out: record; 0: no recording)."""
         code = s.value(0).strip()
@@ -305,7 +325,11 @@ class Schedule:
             raise ScheduleError(f"{self._where(s.line)}: scan {scan.name}, station {code}: {exc}") from None
         if stop < good:
             raise ScheduleError(f"{self._where(s.line)}: scan {scan.name}, station {code}: data_stop "
-                                f"{float(stop):g} sec is before data_good {float(good):g} sec")
+                                f"{_seconds(stop)} sec is before data_good {_seconds(good)} sec")
+        if not _in_range(start, stop):
+            raise ScheduleError(f"{self._where(s.line)}: scan {scan.name}, station {code}: data_stop "
+                                f"{_seconds(stop)} sec after the start {iso(start)} is past the last time "
+                                f"a date can hold (9999-12-31)")
         flag = s.value(6).strip()
         return _Take(code, good, stop, flag != "0")
 

@@ -30,7 +30,7 @@ __all__ = ["Plan", "PlanRow", "PlanWarning", "free_bytes", "make_plan"]
 @dataclasses.dataclass(frozen=True)
 class PlanWarning:
     """Something the operator should know: ``kind`` (``format``, ``overlap``, ``disk_full``,
-    ``name``, ``past``, ``started``), the ``message``, the ``scans`` it is about, and whether it
+    ``name``, ``empty``, ``past``, ``started``), the ``message``, the ``scans`` it is about, and whether it
     ``blocks`` the observation from being recorded as scheduled."""
 
     kind: str
@@ -228,7 +228,7 @@ def make_plan(
             full_at = s.name
         rows.append(PlanRow(s, False, needed, fits))
 
-    warnings = [*_format_warnings(st, scans), *_overlaps(scans), *_name_warnings(scans)]
+    warnings = [*_format_warnings(st, scans), *_overlaps(scans), *_name_warnings(scans), *_empty_warnings(scans)]
     if full_at is not None and space is not None:
         need = next(r.needed_bytes for r in rows if r.scan.name == full_at)
         warnings.append(PlanWarning(
@@ -304,6 +304,14 @@ def _name_warnings(scans: list[ScheduledScan]) -> list[PlanWarning]:
         for s in scans
         if s.record and s.name_problem
     ]
+
+
+#: What an empty window is said to be, by ``plan`` and ``observe`` alike.
+EMPTY_WINDOW = "its window is empty (data_stop = data_good): there is nothing to record"
+
+
+def _empty_warnings(scans: list[ScheduledScan]) -> list[PlanWarning]:
+    return [PlanWarning("empty", f"scan {s.name}: {EMPTY_WINDOW}", False, (s.name,)) for s in scans if s.record and s.seconds <= 0]
 
 
 def _time_warnings(rows: list[PlanRow], now: dt.datetime) -> list[PlanWarning]:

@@ -128,9 +128,10 @@ class VexFile:
 
 
 def decode(data: bytes) -> str:
-    """The text of a VEX file: UTF-8 where it is, else Latin-1 (which reads any byte)."""
+    """The text of a VEX file: UTF-8 where it is (a byte-order mark before it, as some editors
+    write, is dropped), else Latin-1 (which reads any byte)."""
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError:
         return data.decode("latin-1")
 
@@ -145,6 +146,7 @@ def read_vex(path: str | os.PathLike[str]) -> VexFile:
 
 def parse_vex(text: str, source: str = "<string>") -> VexFile:
     """Parses VEX text; ``source`` names it in errors."""
+    text = text.removeprefix("\ufeff")
     # Text whose first word is not VEX_rev is no VEX at all: said as such, not as the first
     # syntax error its lines happen to make.
     line, column = 1, 1

@@ -3,13 +3,15 @@
 //!
 //! `destination` reads what the operator wrote (`udp://`, `udps://`, `tcp://`, and the shaping
 //! and pacing keys); `wire` is the socket in its framing; `pacer` spaces the datagrams; `link`
-//! is the thread; `account` is what each destination did, shared with the status, the rows
+//! is the thread; `own_port` refuses a destination that would feed the recording itself;
+//! `account` is what each destination did, shared with the status, the rows
 //! and the summary through `Shared`. `Forwarding` holds the running destinations: added at
 //! the start (`forward=`) or while recording (VSI-S `mem2net`), paused, resumed, removed.
 
 pub mod account;
 pub mod destination;
 pub mod link;
+pub mod own_port;
 pub mod pacer;
 #[cfg(test)]
 mod tests;
@@ -91,17 +93,9 @@ impl Forwarding {
     }
 
     /// A datagram destination that is one of this recorder's own data ports would feed the
-    /// stream back into the recording, every frame again and again, at full speed.
+    /// stream back into the recording (`own_port` has the rule).
     fn check_no_loop(&self, dest: &Destination) -> Result<(), ArgError> {
-        if dest.framing() == Framing::Tcp {
-            return Ok(());
-        }
-        let to = dest.endpoint.addr;
-        let own = self.receiving.iter().any(|r| {
-            r.port() == to.port()
-                && (r.ip() == to.ip() || r.ip().is_unspecified() || to.ip().is_loopback())
-        });
-        if own {
+        if self.feeds_itself(dest) {
             return Err(ArgError::new(
                 "forward",
                 format!(
@@ -112,6 +106,12 @@ impl Forwarding {
             ));
         }
         Ok(())
+    }
+
+    /// Whether forwarding to `dest` would send the stream to this recorder's own data port.
+    pub fn feeds_itself(&self, dest: &Destination) -> bool {
+        dest.framing() != Framing::Tcp
+            && own_port::feeds_receiver(dest.endpoint.addr, &self.receiving)
     }
 
     fn find(&self, id: u32) -> Result<&Running, ArgError> {

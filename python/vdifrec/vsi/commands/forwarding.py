@@ -143,7 +143,8 @@ def _connect(st: Station, c: Command) -> Reply:
         raise Problem(Code.CONFLICT, "Already doing mem2net")
     if st.recorder is None:
         raise Problem(Code.CONFLICT, "no data port, so nothing to send - set net_port=<port> (or serve --port) first")
-    given = c.param(1, st.mem2net_host)
+    # The host is the rest of the command: an IPv6 address's colons split it into fields.
+    given = ":".join(c.params[1:]).strip() or st.mem2net_host
     if not given:
         raise Problem(Code.ERROR, "no host to connect to - give it after connect")
     host, port = _host_port(st, given)
@@ -177,14 +178,19 @@ def _host_port(st: Station, given: str) -> tuple[str, int]:
         port = st.ports[0][1]
         if port == 0 and st.recorder is not None and st.recorder.address is not None:
             port = st.recorder.address[1]
-        return given, port
+        return _unbracketed(given), port
     try:
         port = int(port_s, 0)
     except ValueError:
         port = -1
     if not host or not 1 <= port <= 65535:
         raise Problem(Code.BAD_PARAMETER, f"'{given}' - write <host>, or <host>@<port> with a port 1 to 65535")
-    return host, port
+    return _unbracketed(host), port
+
+
+def _unbracketed(host: str) -> str:
+    """``[::1]`` as ``::1``: an IPv6 address may be written in brackets, as in a URL."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") and len(host) > 2 else host
 
 
 def _resolve(host: str, port: int) -> str:
@@ -197,27 +203,16 @@ def _resolve(host: str, port: int) -> str:
 
 
 def _refuse_loop(st: Station, m: Mem2Net) -> None:
-    """UDP to this host at a port the station receives on would record the stream twice."""
+    """UDP to this station's own data port would record the stream twice: refused by the
+    recorder's own rule (an address of this host at a port it receives on), said as jive5ab
+    says a conflict."""
     assert st.recorder is not None
-    if m.scheme == "tcp" or not _is_local(m.address):
-        return
-    for bound, port in st.recorder.addresses:
-        if port == m.port and bound in ("0.0.0.0", "::", m.address):
-            raise Problem(
-                Code.CONFLICT,
-                f"{m.address} port {port} is this station's own data port (net_port), so the stream would come back "
-                "into the recording - give the receiver's port after the host, as <host>@<port>",
-            )
-
-
-def _is_local(address: str) -> bool:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind((address, 0))
-        except OSError:
-            return False
-    return True
+    if st.recorder.forward_feeds_itself(m.destination(0)):
+        raise Problem(
+            Code.CONFLICT,
+            f"{m.host} port {m.port} is this station's own data port (net_port), so the stream would come back "
+            "into the recording - give the receiver's port after the host, as <host>@<port>",
+        )
 
 
 def _theory_ns(st: Station) -> int:
