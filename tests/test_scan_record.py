@@ -328,6 +328,12 @@ def test_a_missing_last_chunk_is_a_gap_too(tmp_path: Path) -> None:
     assert [x["missing"] for x in listed if x["name"] == "kvn_scan1"] == [[last]]
     # The recorder closed it: its summary lies beside it (a lost chunk does not change that).
     assert [x["closed"] for x in listed if x["name"] == "kvn_scan1"] == [True]
+    # With only the first chunk left, the error counts the scan's parts from its summary.
+    for k in range(1, last):
+        chunks[k].unlink()
+    with pytest.raises(vdifrec.GapError, match=rf"^scan kvn_scan1 \(vbs.*\) lacks chunk\(s\) 1-{last} of 0-{last}: "):
+        vdifrec.convert("kvn_scan1", tmp_path / "converted.vdif", disks=[str(x) for x in ds])
+    assert not (tmp_path / "converted.vdif").exists()
 
 
 FILE_PART_RE = re.compile(r"^kvn_scan1(?:\.([0-9]{4,}))?\.vdif$")

@@ -419,6 +419,35 @@ def test_hostile_names_are_refused_and_nothing_is_written(tmp_path: Path, incomi
     assert {p for p in tmp_path.rglob("*")} == before
 
 
+@pytest.mark.parametrize("shape, files", [("file", [("", 1 << 60)]), ("vbs", [("big.00000000", 4096), ("big.00000001", 1 << 60)])],
+                         ids=["file", "vbs"])
+def test_a_transfer_too_big_for_the_disk_is_refused_leaving_nothing(tmp_path: Path, incoming: Path, receiver: Any,
+                                                                     shape: str, files: list[tuple[str, int]]) -> None:
+    """The space is reserved before a byte is sent: a disk too small refuses the transfer, and
+    neither the partial copy it began nor its manifest stays behind."""
+    before = {p for p in tmp_path.rglob("*")}
+    client = RawClient(receiver.address)
+    try:
+        reply = client.offer("big", files, shape)
+    finally:
+        client.close()
+    assert reply["type"] == "error" and "cannot write" in reply["message"], reply
+    (ev,) = wait_events(receiver, 1)
+    assert ev["state"] == "refused"
+    assert {p for p in tmp_path.rglob("*")} == before, listing(incoming)
+
+
+def test_a_name_refused_is_echoed_as_it_was_sent(incoming: Path, receiver: Any) -> None:
+    client = RawClient(receiver.address)
+    try:
+        reply = client.offer("scé", [("", 10)])
+    finally:
+        client.close()
+    assert reply["type"] == "error" and '"scé" holds \'é\'' in reply["message"], reply
+    (ev,) = wait_events(receiver, 1)
+    assert ev["state"] == "refused" and "scé" in json.dumps(ev, ensure_ascii=False), ev
+
+
 def test_links_are_never_followed_and_garbage_never_stops_the_receiver(tmp_path: Path, token: Path,
                                                                        incoming: Path, receiver: Any) -> None:
     outside = tmp_path / "outside"

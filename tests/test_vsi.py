@@ -593,3 +593,18 @@ def test_a_station_names_the_scan_a_crash_left_once_its_recorder_starts(tmp_path
         assert re.search(r"^\d{4}-\d\d-\d\dT[0-9:.]+Z vdifrec scan kvn_crash \(vbs on 1 disk\) was never closed", log, re.M)
     finally:
         s.stop()
+
+
+def test_serve_without_a_data_port_says_when_its_status_opens(tmp_path: Path) -> None:
+    """The status is the recorder's, so without --port it opens with net_port=: serve says so
+    at the start, and logs the address once it is open."""
+    s = Serve(tmp_path, "--status-listen", "127.0.0.1:0")
+    try:
+        output_line(s.out, r"status on http://127\.0\.0\.1:0/status opens once net_port= gives the data port",
+                    proc=s.proc)
+        assert s.one("net_port=0").code == 0
+        m = output_line(s.log, r"vdifrec status on http://127\.0\.0\.1:(\d+)/status and /metrics", proc=s.proc)
+        with urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/status", timeout=10) as r:
+            assert json.loads(r.read())["state"] == "waiting"
+    finally:
+        s.stop()

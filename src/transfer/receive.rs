@@ -610,11 +610,25 @@ fn digests_on_disk(paths: &[PathBuf], map: &BlockMap) -> std::io::Result<Vec<u12
 
 fn create_dest(root: &Path, offer: &Offer) -> std::io::Result<Vec<DestFile>> {
     // A stale partial copy without a manifest holds nothing known: start it over.
-    match std::fs::symlink_metadata(root) {
-        Ok(m) if m.file_type().is_dir() => std::fs::remove_dir_all(root)?,
-        Ok(_) => std::fs::remove_file(root)?,
-        Err(_) => {}
+    remove_partial(root)?;
+    let made = make_dest(root, offer);
+    if made.is_err() {
+        // A transfer refused (a disk too small for its reservation) leaves nothing behind.
+        let _ = remove_partial(root);
     }
+    made
+}
+
+/// What a partial copy at `root` is (a file, or a vbs scan's directory), removed.
+fn remove_partial(root: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(root) {
+        Ok(m) if m.file_type().is_dir() => std::fs::remove_dir_all(root),
+        Ok(_) => std::fs::remove_file(root),
+        Err(_) => Ok(()),
+    }
+}
+
+fn make_dest(root: &Path, offer: &Offer) -> std::io::Result<Vec<DestFile>> {
     if offer.shape == Shape::Vbs {
         std::fs::create_dir(root)?;
     }
@@ -823,8 +837,15 @@ fn control(
         Some(_) => {
             open_dest(&part, &offer).and_then(|f| Manifest::reopen(&manifest_path).map(|m| (f, m)))
         }
-        None => create_dest(&part, &offer)
-            .and_then(|f| Manifest::create(&manifest_path, &offer).map(|m| (f, m))),
+        None => create_dest(&part, &offer).and_then(|f| {
+            Manifest::create(&manifest_path, &offer)
+                .map(|m| (f, m))
+                .inspect_err(|_| {
+                    // Refused: neither the copy just made nor a manifest is left.
+                    let _ = remove_partial(&part);
+                    let _ = std::fs::remove_file(&manifest_path);
+                })
+        }),
     };
     let (files, manifest) = match opened {
         Ok(x) => x,

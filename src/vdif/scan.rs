@@ -846,7 +846,14 @@ impl ScanLayout {
              --allow-gaps` (`vdifrec check` reports the frames lost)",
             self.label(),
             runs(&self.missing),
-            self.parts.last().map_or(0, |p| p.number),
+            // The scan's last part: the last found, or one missing after it (a summary says
+            // how many were written).
+            self.parts
+                .iter()
+                .map(|p| p.number)
+                .chain(self.missing.iter().copied())
+                .max()
+                .unwrap_or(0),
             gaps.iter()
                 .map(|g| g.description.as_str())
                 .collect::<Vec<_>>()

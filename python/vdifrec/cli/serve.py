@@ -101,6 +101,10 @@ def run_serve(a: argparse.Namespace) -> int:
                 if station.recorder.status_address:
                     h, p = station.recorder.status_address
                     print(f"status on http://{h}:{p}/status and /metrics", flush=True)
+            elif options.get("status_listen"):
+                # The status is the recorder's: there is none until a data port is given.
+                print(f"status on http://{options['status_listen']}/status opens once net_port= gives the data port "
+                      "(serve --port opens both at the start)", flush=True)
             while True:
                 time.sleep(0.5)
         except KeyboardInterrupt:

@@ -206,6 +206,9 @@ class Station:
         forwarding.reattach(self)
         self._running_options = options
         self.note(f"receiving on {new.listening} ({self.format} scans on {len(self.disks)} disk(s))")
+        if new.status_address is not None:
+            h, p = new.status_address
+            self.note(f"status on http://{h}:{p}/status and /metrics")
         # What the recorder found on start (a disk that is no mount point, a scan a crash left
         # unclosed: also in /status, `unclosed_scans`), once per session however often it is
         # rebuilt.

@@ -39,7 +39,7 @@ impl DiskBits {
 }
 
 /// Where one name is: the disks it is a directory on, and those it is anything else on (a
-/// file, or a link to one).
+/// file; links are not taken).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Presence {
     pub dirs: DiskBits,

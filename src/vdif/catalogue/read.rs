@@ -1,5 +1,5 @@
 //! Reading one directory: the names in it and what each is, from the directory entries alone
-//! (no `stat` but for links), and the chunks of one vbs scan directory.
+//! (no `stat`; links are no scan's), and the chunks of one vbs scan directory.
 
 use crate::vdif::layout;
 use std::fs::{DirEntry, File};
@@ -8,23 +8,23 @@ use std::path::Path;
 
 use super::names::Kind;
 
-/// What an entry is, following a link to what it names; None for a link to nothing or a name
-/// that went away while it was read.
+/// What an entry is; None for a link (a scan is what lies on the disk itself: a link could
+/// lead anywhere on the host, and a command from the control port must never read there) or a
+/// name that went away while it was read.
 pub fn entry_kind(entry: &DirEntry) -> Option<Kind> {
     let t = entry.file_type().ok()?;
-    if t.is_dir() {
-        return Some(Kind::Dir);
-    }
     if t.is_symlink() {
-        let m = std::fs::metadata(entry.path()).ok()?;
-        return Some(if m.is_dir() { Kind::Dir } else { Kind::File });
+        return None;
     }
-    Some(Kind::File)
+    Some(if t.is_dir() { Kind::Dir } else { Kind::File })
 }
 
-/// What `path` is now (None: nothing there), as `entry_kind` would read it.
+/// What `path` is now (None: nothing there, or a link), as `entry_kind` would read it.
 pub fn path_kind(path: &Path) -> Option<Kind> {
-    let m = std::fs::metadata(path).ok()?;
+    let m = std::fs::symlink_metadata(path).ok()?;
+    if m.file_type().is_symlink() {
+        return None;
+    }
     Some(if m.is_dir() { Kind::Dir } else { Kind::File })
 }
 

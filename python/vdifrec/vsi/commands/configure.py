@@ -187,8 +187,7 @@ def set_disks(st: Station, c: Command) -> Reply:
     return reply(c, len(chosen))
 
 
-def _same_dir(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
+def _same_dir(disk: str, given: str) -> bool:
+    """Whether ``given`` names ``disk`` (``/mnt/disk0/``, ``/mnt/./disk0``, relative to where
+    serve runs): compared as text, so that a path that is no disk is never looked at."""
+    return os.path.normpath(os.path.abspath(given)) == os.path.normpath(os.path.abspath(disk))
