@@ -263,6 +263,7 @@ pub fn scan_writer_throughput(
         writers,
         direct: true,
         fps: None,
+        fps_given: None,
         split: None,
         writer_cpus: Vec::new(),
         notes: Vec::new(),

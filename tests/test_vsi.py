@@ -608,3 +608,48 @@ def test_serve_without_a_data_port_says_when_its_status_opens(tmp_path: Path) ->
             assert json.loads(r.read())["state"] == "waiting"
     finally:
         s.stop()
+
+
+@pytest.mark.slow
+def test_a_new_stream_at_another_rate_is_counted_at_its_own(tmp_path: Path) -> None:
+    """serve runs for days and streams come and go: a scan's rate, times and counts come from
+    its own frames, not from a stream before it (up from 2,000 to 10,000 frames/s, and down)."""
+    port = free_udp_port()
+    s = Serve(tmp_path, "--port", str(port))
+    try:
+        fs = 1032
+        lost_before = 0
+        for k, (fps, seconds, start) in enumerate([(2000, 2, 3000), (10_000, 3, 3000), (2000, 3, 3100)]):
+            name = f"rate{k}"
+            assert s.one(f"record=on:{name}").code == 0
+            sent = vdifrec.send(("127.0.0.1", port), frames=fps * seconds, fps=fps, frame_size=fs, ref_epoch=53,
+                                start_second=start)
+            d = delivered(("127.0.0.1", port), sent["frames_sent"], lambda: int(s.stats()["datagrams"]))
+            assert s.one("record=off").code == 1
+            s.wait_off()
+            summary = scan_summary(s.disks, name)
+            assert summary["frames"] == fps * seconds - d.kernel_drops, summary
+            assert summary["frames_out_of_window"] == 0 and summary["time_jumps"] == 0, summary
+            assert {x["frames_per_second"] for x in summary["seconds"]} == {fps}, summary["seconds"]
+            assert summary["first_frame"] == f"{vdifrec_time(start)}.000000000"
+            assert summary["last_frame"] == f"{vdifrec_time(start + seconds - 1)}.{(fps - 1) * 10**9 // fps:09d}"
+            r = s.one("scan_check?")
+            assert r.fields[1] == name and r.fields[5] == f"{seconds}s", r
+            # The recorder's own count relearned the rate: no frame of the slower stream is
+            # counted lost against the faster one's rate.
+            stats = s.stats()
+            assert (stats["frames_per_second"], stats["frames_per_second_known"]) == (str(fps), "True"), stats
+            assert int(stats["frames_lost"]) == lost_before + d.kernel_drops, stats
+            lost_before = int(stats["frames_lost"])
+            # Streams a few seconds apart, as scans are.
+            time.sleep(1.5)
+    finally:
+        s.stop()
+
+
+def vdifrec_time(second: int) -> str:
+    """VDIF epoch 53 (2026-07-01) plus `second`, as a summary writes it (to the second)."""
+    import datetime as dt
+
+    t = dt.datetime(2026, 7, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=second)
+    return t.strftime("%Y-%m-%dT%H:%M:%S")

@@ -34,6 +34,9 @@ const MAX_FRAMES_PER_SECOND: u32 = 1 << 24;
 /// Longest confirmed gap counted as lost frames; a longer one is a jump of the sender's
 /// time (a file whose time field was corrupted consistently, or a sender restarted).
 const MAX_GAP_SECONDS: i64 = 3600;
+/// Wall-clock seconds without a frame of any thread after which the stream is taken to have
+/// stopped: what follows may be another stream, at another rate (`serve` runs for days).
+const QUIET_SECONDS: f64 = 1.0;
 
 /// What happened to a frame the capture saw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,6 +210,15 @@ impl Slot {
     }
 }
 
+/// The rate being learned again after the stream stopped.
+#[derive(Clone, Copy, Debug)]
+struct Relearning {
+    /// The second of the first frame after the quiet.
+    second: Option<i64>,
+    /// The highest frame number (plus one) seen in it.
+    highest: u32,
+}
+
 #[derive(Clone, Copy)]
 struct Candidate {
     second: i64,
@@ -238,6 +250,12 @@ pub struct Accounting {
     /// A thread has gone on into a later second: the frame numbers have wrapped, so the
     /// highest seen is the rate (until then it is a running estimate from below).
     fps_settled: bool,
+    /// After the stream stopped: the rate is learned again from the frames that follow (the
+    /// old one counts until then), settled once a thread goes on from the second its first
+    /// frame after the quiet was in.
+    relearning: Option<Relearning>,
+    /// Wall-clock time of the newest frame of any thread (GapPolicy::WallClock).
+    last_frame_wall: f64,
     gap_policy: GapPolicy,
     /// Seconds of plain gap tolerated by GapPolicy::WallClock beyond the silent time.
     wall_tolerance: f64,
@@ -264,6 +282,8 @@ impl Accounting {
             fps_given: fps.filter(|f| *f > 0),
             fps_learned: 0,
             fps_settled: false,
+            relearning: None,
+            last_frame_wall: f64::INFINITY,
             gap_policy,
             wall_tolerance: 2.0,
             index: Vec::new(),
@@ -285,10 +305,11 @@ impl Accounting {
     }
 
     /// The frame rate once it is known for sure: given, or learned from a wrap (None while
-    /// the highest frame number seen is only a lower bound).
+    /// the highest frame number seen is only a lower bound, and after the stream stopped
+    /// until what follows has wrapped).
     pub fn frames_per_second_known(&self) -> Option<u32> {
-        self.fps_given
-            .or((self.fps_settled && self.fps_learned > 0).then_some(self.fps_learned))
+        let sure = self.fps_settled && self.fps_learned > 0 && self.relearning.is_none();
+        self.fps_given.or(sure.then_some(self.fps_learned))
     }
 
     pub fn fps_is_given(&self) -> bool {
@@ -303,6 +324,15 @@ impl Accounting {
 
     /// Counts one frame with a valid header of the stream's frame size.
     pub fn frame(&mut self, header: &Header, fate: Fate) {
+        if self.gap_policy == GapPolicy::WallClock {
+            if self.fps_given.is_none() && self.now_wall - self.last_frame_wall > QUIET_SECONDS {
+                self.relearning = Some(Relearning {
+                    second: None,
+                    highest: 0,
+                });
+            }
+            self.last_frame_wall = self.now_wall;
+        }
         let tid = header.thread_id();
         let station = Station(header.station_id() as u16);
         let table = match self.index.iter().position(|(s, _)| *s == station) {
@@ -471,6 +501,16 @@ impl Accounting {
     /// Counts a frame inside the thread's window.
     fn count(&mut self, ti: usize, second: i64, fnr: u32, header: Header, fate: Fate) {
         let fnr = fnr.min(MAX_FRAMES_PER_SECOND - 1);
+        if let Some(r) = &mut self.relearning {
+            let first = *r.second.get_or_insert(second);
+            if second > first {
+                // The new stream's frame numbers have wrapped: its rate is what they reached.
+                self.fps_learned = r.highest;
+                self.relearning = None;
+            } else {
+                r.highest = r.highest.max(fnr + 1);
+            }
+        }
         if fnr + 1 > self.fps_learned {
             self.fps_learned = fnr + 1;
         }
@@ -1012,6 +1052,36 @@ mod tests {
         assert_eq!(t.counts.lost, 0);
         assert_eq!(t.counts.received, 170);
         assert_eq!(acc.take_rows().len(), 3);
+    }
+
+    #[test]
+    fn a_stream_after_a_quiet_is_counted_at_its_own_rate() {
+        let mut acc = Accounting::new(None, GapPolicy::WallClock);
+        acc.set_wall_clock(0.0);
+        feed(&mut acc, &seq(0, 100, (50, 0), 250));
+        assert_eq!(acc.frames_per_second_known(), Some(100));
+        // Five seconds later a stream of 20 frames a second, at a time of its own: until it
+        // has wrapped its rate is not known for sure, then it is its own.
+        acc.set_wall_clock(5.0);
+        feed(&mut acc, &seq(0, 20, (5000, 0), 10));
+        assert_eq!(acc.frames_per_second_known(), None);
+        feed(&mut acc, &seq(0, 20, (5000, 10), 50));
+        assert_eq!(acc.frames_per_second_known(), Some(20));
+        acc.finish();
+        let t = acc.totals();
+        assert_eq!(
+            (t.counts.received, t.counts.lost, t.out_of_window),
+            (310, 0, 0)
+        );
+        // A pause of the same stream loses what it lost, counted at the rate it had.
+        let mut acc = Accounting::new(None, GapPolicy::WallClock);
+        acc.set_wall_clock(0.0);
+        feed(&mut acc, &seq(0, 100, (50, 0), 250));
+        acc.set_wall_clock(3.0);
+        feed(&mut acc, &seq(0, 100, (53, 0), 200));
+        acc.finish();
+        let t = acc.totals();
+        assert_eq!((t.counts.lost, acc.frames_per_second()), (50, 100));
     }
 
     #[test]

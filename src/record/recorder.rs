@@ -622,6 +622,7 @@ impl Recorder {
                 name: name.clone(),
                 window,
                 fps,
+                fps_given: self.config.fps,
                 bits_per_second: plan::bits_per_second(
                     &seen,
                     self.config.fps,

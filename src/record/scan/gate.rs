@@ -542,7 +542,7 @@ impl GateLoop {
                 let c = i.shared.capture_stats();
                 Part {
                     base: None,
-                    acc: Accounting::new(plan.fps, GapPolicy::WallClock),
+                    acc: Accounting::new(plan.fps_given, GapPolicy::WallClock),
                     held: BTreeMap::new(),
                     frames: 0,
                     stop_at: None,

@@ -22,7 +22,13 @@ pub struct ScanPlan {
     pub file_bytes: Option<u64>,
     pub writers: usize,
     pub direct: bool,
+    /// Frames per second per thread, given or as the stream has shown it, for the window and
+    /// the space the scan needs.
     pub fps: Option<u32>,
+    /// The rate the operator gave (`fps=`, `mode=`), the only one the scan's own counting
+    /// starts from: a rate learned before the scan may be another stream's, so the scan
+    /// learns its own from its frames.
+    pub fps_given: Option<u32>,
     pub split: Option<Split>,
     pub writer_cpus: Vec<usize>,
     pub notes: Vec<String>,
@@ -64,6 +70,8 @@ pub struct Asked<'a> {
     pub window: Window,
     /// Frames per second per thread (given, or as seen), if known.
     pub fps: Option<u32>,
+    /// Frames per second per thread as the operator gave them.
+    pub fps_given: Option<u32>,
     /// Every stream together (`bits_per_second`).
     pub bits_per_second: f64,
     /// The disks still in the set (`DiskSet::alive`), at least one.
@@ -79,6 +87,7 @@ pub fn plan(setup: &ScanSetup, disks: &DiskSet, asked: Asked) -> ScanPlan {
         name,
         window,
         fps,
+        fps_given,
         bits_per_second,
         alive,
         writer_cpus,
@@ -125,6 +134,7 @@ pub fn plan(setup: &ScanSetup, disks: &DiskSet, asked: Asked) -> ScanPlan {
         writers,
         direct: setup.direct,
         fps,
+        fps_given,
         split: setup.split,
         writer_cpus,
         notes,
@@ -178,6 +188,7 @@ mod tests {
             name: name.into(),
             window: Window::default(),
             fps: None,
+            fps_given: None,
             bits_per_second: 8.224e9,
             alive,
             writer_cpus: vec![],

@@ -18,6 +18,7 @@ from ..disk2file import Disk2File
 from ..protocol import Code, Command, Reply
 
 if TYPE_CHECKING:
+    from ...reports import ScanSummary
     from ..station import Station
 
 
@@ -112,7 +113,7 @@ class _ScanClock:
         self.found = found
         self.frame_size = int(found.get("frame_size") or 0)
         summary = st.summaries.get(name)
-        fps = summary.seconds[0]["frames_per_second"] if summary and summary.seconds else 0
+        fps = scan_rate(summary)
         threads = len(summary.threads) if summary and summary.threads else 1
         self.rate = float(int(fps or 0) * threads * self.frame_size)
         if not self.rate and st.mode is not None:
@@ -199,6 +200,15 @@ def _byte_count(text: str) -> int | None:
     return None
 
 
+def scan_rate(summary: ScanSummary | None) -> int:
+    """Frames per second per thread as the scan's own seconds counted them (0: not known):
+    the highest any of its seconds showed, since the first of a scan may have been counted
+    before its frame numbers wrapped."""
+    if summary is None:
+        return 0
+    return max((int(s.get("frames_per_second") or 0) for s in summary.seconds), default=0)
+
+
 def scan_check(st: Station, c: Command) -> Reply:
     query_only(c)
     st.await_drain()
@@ -213,8 +223,8 @@ def scan_check(st: Station, c: Command) -> Reply:
     if not fs or not first or not last:
         return reply(c, "?", name, "?")
     summary = st.summaries.get(name)
-    # Frames per second per thread: as the recording learned it, or from the mode.
-    fps = (summary.seconds[0]["frames_per_second"] if summary and summary.seconds else 0) or (st.mode.frames_per_second if st.mode else 0)
+    # Frames per second per thread: as the scan's own frames showed it, or from the mode.
+    fps = scan_rate(summary) or (st.mode.frames_per_second if st.mode else 0)
     threads = len(summary.threads) if summary and summary.threads else 1
     t0, t1 = iso_utc(first["time"]), iso_utc(last["time"])
     tracks = (st.mode.tracks if st.mode else 0) * threads
