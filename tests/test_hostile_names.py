@@ -129,3 +129,15 @@ def test_a_scan_name_on_the_command_line_is_a_name_and_never_a_path(tmp_path: Pa
         r = run_cli("record", "--port=0", "--disk", str(disk), "--scan", name, "--duration=1", timeout=60)
         assert r.returncode == 2 and r.stderr.startswith("vdifrec record: error: --scan: "), (name, r.stderr)
     assert os.listdir(disk) == [] and sorted(os.listdir(tmp_path)) == ["disk0"]
+
+
+def test_a_non_ascii_name_is_echoed_as_it_was_sent(tmp_path: Path) -> None:
+    serve = Serve(tmp_path)
+    try:
+        assert serve.one("net_port=0").code == 0
+        r = serve.one("record=on:scé_1")
+        assert r.code == 8 and r.fields[-1].startswith('name - "scé_1" holds \'é\''), r
+        r = serve.one("scan_set=scé_1")
+        assert r.code == 4 and r.fields == ("'scé_1' does not exist in Mk6/VBS format",), r
+    finally:
+        serve.stop()

@@ -288,6 +288,34 @@ def test_a_schedule_past_and_not_vdif_is_missed_with_the_reason(tmp_path: Path) 
     assert not summary.ok and summary.recorded == 0 and os.listdir(disk) == []
 
 
+@pytest.mark.slow
+def test_a_scan_no_disk_takes_is_recorded_as_nothing_and_its_summary_is_on_the_disk(tmp_path: Path) -> None:
+    """The only disk fills before the scan's first chunk: the scan is not recorded (its line
+    says 0 frames and why), it closes at once, and its summary lies on the disk all the same."""
+    t0 = whole_second_from_now(LEAD)
+    vex = make_vex(tmp_path / "f.vex", experiment="VT26K", stations=["Ky"], **FORMAT, scans=[("f1", t0, 2, 0)])
+    disk = tmp_path / "disk0"
+    disk.mkdir()
+    port = free_udp_port()
+    proc = observe_cli(str(vex), "--station", "Ky", "--port", str(port), "--disk", str(disk), "--format", "vbs",
+                       "--chunk-size", "1MiB", "--disk-fault", f"{disk}=full@64KiB", "--ring", "64MiB",
+                       "--summary-json", str(tmp_path / "session.json"), "--clock-limit", "30")
+    read_until(proc, r"^listening on ")
+    until_end = (t0 + dt.timedelta(seconds=2) - dt.datetime.now(dt.timezone.utc)).total_seconds() + 1
+    sender = vdifrec.Sender(("127.0.0.1", port), duration=until_end, **SIGNAL)
+    code, out = finish(proc, timeout=until_end + 90)
+    sender.wait(30)
+    session = json.loads((tmp_path / "session.json").read_text())
+    (r,) = session["scans"]
+    assert code == 1 and r["state"] == "NOT OK" and r["frames_recorded"] == 0, r
+    assert "none of its" in r["why"] and "reached a disk" in r["why"], r["why"]
+    dropped = r["summary"]["bytes_dropped_disk"] // FS
+    line = next(x for x in out.splitlines() if x.startswith("f1 "))
+    assert dropped > 0 and f"frames 0/{r['frames_expected']}  lost: " in line and f"disk {dropped}" in line, out
+    on_disk = json.loads((disk / "VT26K_Ky_f1" / "VT26K_Ky_f1.summary.json").read_text())
+    assert on_disk["bytes_written"] == 0 and "no disk is left in the set" in on_disk["error"], on_disk
+
+
 def test_an_empty_window_is_missed_with_a_warning_and_a_far_time_exits_2(tmp_path: Path) -> None:
     """A scan whose data_stop is its data_good is missed saying so, and warned of; a time no date
     holds is a schedule error naming its line, as every other bad schedule is."""

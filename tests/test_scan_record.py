@@ -271,7 +271,11 @@ def test_when_every_disk_fills_the_scan_says_exactly_what_was_dropped(tmp_path: 
     )
     n = 10_000 - d.kernel_drops
     on_disk = sum(p.stat().st_size for x in ds for p in (x / "kvn_scan1").glob("kvn_scan1.0*"))
-    assert s.bytes_written == on_disk and s.bytes_written + s.bytes_dropped_disk == n * FS
+    # With no disk left the scan closed by itself: what it took is written or dropped, and the
+    # rest of the stream arrived outside any scan.
+    assert s.bytes_written == on_disk and s.bytes_written + s.bytes_dropped_disk == s.bytes_buffered == s.frames * FS
+    assert s.frames < n and run.bytes_buffered == n * FS == s.bytes_buffered + run.bytes_outside_scans
+    assert any("scan kvn_scan1 closed: no disk is left in the set" in x for x in s.notes), s.notes
     assert 0 < s.bytes_written <= 5 << 20 and s.bytes_dropped_disk > 0
     assert all(x.dropped and "No space left" in x.dropped for x in s.disks)
     assert s.error is not None and "no disk is left" in s.error

@@ -653,3 +653,42 @@ def vdifrec_time(second: int) -> str:
 
     t = dt.datetime(2026, 7, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=second)
     return t.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+@pytest.mark.slow
+def test_a_scan_whose_every_disk_fills_closes_by_itself_and_says_so(tmp_path: Path) -> None:
+    """Every disk full mid-scan: the scan closes (record? off, status? not recording), /status,
+    the page's document and the log say why, and no scan starts until disks are given again."""
+    port = free_udp_port()
+    disks = [tmp_path / "disk0", tmp_path / "disk1"]
+    s = Serve(tmp_path, "--port", str(port), "--chunk-size", "1MiB", "--status-listen", "127.0.0.1:0",
+              *[a for d in disks for a in ("--disk-fault", f"{d}=full@2MiB")])
+    try:
+        m = output_line(s.out, r"status on http://127\.0\.0\.1:(\d+)/status", proc=s.proc)
+        status_url = f"http://127.0.0.1:{m.group(1)}/status"
+        assert s.one("record=on:full1").code == 0
+        sender = vdifrec.Sender(("127.0.0.1", port), frames=8000, fps=2000, frame_size=1032, ref_epoch=53,
+                                start_second=4000)
+        deadline = time.monotonic() + 20
+        while s.one("record?").fields[0] != "off":
+            assert time.monotonic() < deadline, "the scan did not close by itself"
+            time.sleep(0.1)
+        assert sender.wait(timeout=0) is None, "the sender ended before the disks filled: a slow host"
+        assert int(s.one("status?").fields[0], 16) & 0x40 == 0
+        with urllib.request.urlopen(status_url, timeout=10) as r:
+            doc = json.loads(r.read())
+        assert doc["scan"] is None and doc["scan_ended"].startswith("scan full1 closed: no disk is left in the set"), doc
+        r = s.one("record=on:full2")
+        assert r.code == 4 and "every disk has left the set" in r.fields[0], r
+        sender.wait(timeout=30)
+        log = s.log.read_text()
+        assert "scan full1: " in log and "NOT OK - no disk is left in the set" in log, log[-2000:]
+        summary = scan_summary(disks, "full1")
+        on_disk = sum(p.stat().st_size for d in disks for p in (d / "full1").glob("full1.0*"))
+        assert summary["bytes_written"] == on_disk > 0 and summary["bytes_dropped_disk"] > 0, summary
+        # Disks given again: a scan records again.
+        assert s.one(f"set_disks={tmp_path}/disk*").code == 0
+        assert s.one("record=on:full3").code == 0
+        assert s.one("record=off").code == 1
+    finally:
+        s.stop()

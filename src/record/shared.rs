@@ -64,6 +64,9 @@ struct Common {
     scan_disks: Mutex<Vec<String>>,
     /// How much of that scan is known to be on disk, for the status.
     scan_durable: Mutex<Option<ScanDurable>>,
+    /// Why the last scan ended by itself (every disk of the set full or failed), until the
+    /// next scan starts, for the status.
+    scan_ended: Mutex<Option<String>>,
     /// Scans no recorder closed, found on the disks at start (a crash), for the status.
     unclosed: Mutex<Vec<UnclosedScan>>,
     /// The observation a schedule drives, as its script last told it, for the status.
@@ -143,6 +146,7 @@ impl Shared {
             senders: Mutex::new(Vec::new()),
             scan: Mutex::new(None),
             scan_disks: Mutex::new(Vec::new()),
+            scan_ended: Mutex::new(None),
             scan_durable: Mutex::new(None),
             unclosed: Mutex::new(Vec::new()),
             observation: Mutex::new(None),
@@ -341,6 +345,14 @@ impl Shared {
     }
     pub fn scan(&self) -> Option<String> {
         self.common.scan.lock().unwrap().clone()
+    }
+
+    /// Why the last scan ended by itself (None: it was stopped, or a scan runs since).
+    pub fn set_scan_ended(&self, why: Option<String>) {
+        *self.common.scan_ended.lock().unwrap() = why;
+    }
+    pub fn scan_ended(&self) -> Option<String> {
+        self.common.scan_ended.lock().unwrap().clone()
     }
 
     /// The disks the scan now written goes to (a disk that fills or fails leaves the list):

@@ -55,6 +55,9 @@ struct Status<'a> {
     /// How much of that scan is known to be on disk, should the recorder die now: frames,
     /// bytes and the VDIF time of the last of them; null between scans.
     scan_durable: Option<&'a crate::record::stats::ScanDurable>,
+    /// Why the last scan ended by itself (`scan NAME closed: no disk is left ...`), until
+    /// the next one starts; null when it was stopped as asked.
+    scan_ended: Option<String>,
     /// Scans no recorder closed that were on the disks when the recorder started (a crash
     /// left them): name, format, disks, whole frames and bytes, torn bytes, the note.
     unclosed_scans: Vec<crate::record::scan::unclosed::UnclosedScan>,
@@ -320,6 +323,7 @@ pub fn status_json(streams: &[Arc<Shared>], disks: &[DiskSpace], rates: Rates) -
         scan_disks: shared.scan_disks(),
         // The snapshot's, read before its bytes written: never more than they.
         scan_durable: stats.scan_durable.as_ref(),
+        scan_ended: shared.scan_ended(),
         unclosed_scans: shared.unclosed_scans(),
         catalogue: crate::vdif::catalogue::size(),
         observation: shared.observation(),

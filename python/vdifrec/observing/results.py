@@ -58,8 +58,12 @@ class ScanResult:
 
     @property
     def frames(self) -> int | None:
-        """Frames recorded (None if it was not recorded)."""
-        return None if self.summary is None else self.summary.frames
+        """Frames recorded: those on disk, whole (None if it was not recorded). Frames of the
+        window no disk took are not recorded: ``lost`` counts them under ``disk``."""
+        s = self.summary
+        if s is None:
+            return None
+        return s.bytes_written // s.frame_size if s.frame_size else s.frames
 
     @property
     def lost(self) -> dict[str, int]:

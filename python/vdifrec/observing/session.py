@@ -34,6 +34,9 @@ from .checks import CLOCK_LIMIT_S, clock_warning, mismatches, newest_frame_time,
 from .results import BEFORE, INTERRUPTED, MISSED, NOT_OK, RECORDED, RECORDING, WAITING, ScanResult, SessionSummary
 from .shipping import Shipper
 
+#: The note a scan's summary carries when no disk took it (the engine's words).
+SUMMARY_NOWHERE = "the scan's summary could not be written on any disk"
+
 #: A scan is queued into the recorder this long before its window starts (the stream is
 #: checked against its mode then).
 LEAD_S = 5.0
@@ -301,7 +304,8 @@ class Session:
             f = r.scan.format
             seconds = _unix(r.scan.window_stop) - iso_utc(got.first_frame).timestamp()
             r.frames_expected = round(seconds * (f.frames_per_second or 0)) * max(len(f.threads), 1)
-        whole = got.frames > 0 and (r.frames_expected is None or got.frames >= r.frames_expected)
+        on_disk = r.frames or 0
+        whole = on_disk > 0 and (r.frames_expected is None or on_disk >= r.frames_expected)
         if r.state == INTERRUPTED:
             pass
         elif got.ok and whole and r.joined_at is None:
@@ -311,16 +315,21 @@ class Session:
             causes = ", ".join(f"{k} {v}" for k, v in r.lost.items())
             if got.frames == 0:
                 detail = "no frame of its window arrived"
+            elif on_disk == 0:
+                detail = f"none of its {got.frames} frames reached a disk: {got.error or 'the disks refused them'}"
             elif not got.ok:
                 detail = got.error or (f"frames lost ({causes})" if causes else "not all of it is known to be on disk")
             elif not whole:
-                detail = f"{got.frames} of {r.frames_expected} frames"
+                detail = f"{on_disk} of {r.frames_expected} frames"
             else:
                 detail = ""
             if detail:
                 r.why = f"{r.why}; {detail}" if r.why else detail
+        nowhere = [n for n in got.notes if n.startswith(SUMMARY_NOWHERE)]
+        if nowhere:
+            r.why = f"{r.why}; {nowhere[0]}" if r.why else nowhere[0]
         self.say(r.line())
-        if self.shipper is not None and got.frames > 0:
+        if self.shipper is not None and on_disk > 0:
             r.shipped = "queued"
             self.shipper.ship(r.disk_name)
 

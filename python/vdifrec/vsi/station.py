@@ -276,6 +276,9 @@ class Station:
             f"scan {s.name}: {s.frames} frames, {s.bytes_written} bytes on {sum(1 for d in s.disks if d.bytes)} disk(s), "
             f"lost {s.frames_lost}, {'ok' if s.ok else 'NOT OK - ' + str(s.error or 'frames lost')}"
         )
+        for n in s.notes:
+            if n.startswith("the scan's summary could not be written on any disk"):
+                self.note(f"scan {s.name}: {n}")
 
     def _collect_ended(self) -> None:
         """A scan that ended by itself (every disk failed or full) is collected as record=off

@@ -191,6 +191,11 @@ impl DiskSet {
             .collect()
     }
 
+    /// Whether any disk is still in the set.
+    pub fn any_alive(&self) -> bool {
+        self.disks.iter().any(|d| !d.gone())
+    }
+
     /// Waits for the next ready disk; None once no disk is left in the set.
     pub fn take(&self) -> Option<usize> {
         let mut ready = self.ready.lock().unwrap();

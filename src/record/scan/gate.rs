@@ -172,6 +172,7 @@ impl Gate {
         if b.active.len() == 1 {
             self.shared.set_scan(Some(plan.name.clone()));
         }
+        self.shared.set_scan_ended(None);
         drop(b);
         let _ = self.commands.send(Command::Start(Box::new(plan)));
     }
@@ -367,6 +368,7 @@ impl GateLoop {
                     }
                 }
             }
+            self.close_without_disks();
             let now_wall = unix_now();
             let mut progressed = false;
             for k in 0..self.inputs.len() {
@@ -418,6 +420,33 @@ impl GateLoop {
             }
             if !progressed {
                 std::thread::sleep(IDLE_WAIT);
+            }
+        }
+    }
+
+    /// Scans whose disks have all left the set (full, failed) can write nothing more: they end
+    /// now, as a stop would end them, so that the recorder is no longer recording them and
+    /// says why; a scan is started again only on disks given again.
+    fn close_without_disks(&mut self) {
+        if self.active.is_empty() || self.disks.any_alive() {
+            return;
+        }
+        for a in self.active.iter_mut() {
+            if a.parts.iter().all(|p| p.stop_at.is_some()) {
+                continue;
+            }
+            for (part, input) in a.parts.iter_mut().zip(&self.inputs) {
+                part.stop_at
+                    .get_or_insert(input.ring.as_ref().map_or(0, |r| r.write_seq()));
+            }
+            let why = format!(
+                "scan {} closed: no disk is left in the set (every disk full or failed); \
+                 give disks again (set_disks=, --disk) to record",
+                a.plan.name
+            );
+            a.notes.push(why.clone());
+            if let Some(i) = self.inputs.first() {
+                i.shared.set_scan_ended(Some(why));
             }
         }
     }
@@ -787,43 +816,75 @@ impl GateLoop {
             ok: false,
         }
         .judge();
-        self.write_summary_files(&s, format);
+        let mut s = s;
+        if !self.write_summary_files(&s, format) {
+            s.notes.push(format!(
+                "{SUMMARY_NOWHERE}: every disk refused it (full or failed); what it says is here only"
+            ));
+        }
         self.publish(s);
     }
 
     /// The scan's summary as JSON beside it (beside each data stream of a split scan), on
-    /// every disk that holds part of it.
-    fn write_summary_files(&self, s: &ScanSummary, format: Format) {
+    /// every disk that holds part of it; a scan no disk took a byte of has it on the first
+    /// disk of the set that takes it (its directory then holds the summary alone), so that
+    /// what became of it is on the disks. False when no disk took it.
+    fn write_summary_files(&self, s: &ScanSummary, format: Format) -> bool {
         let split = s.data_streams.iter().any(|d| !d.key.is_empty());
         let names: Vec<&str> = if split {
             s.data_streams.iter().map(|d| d.name.as_str()).collect()
         } else {
             vec![s.name.as_str()]
         };
-        for d in &s.disks {
-            if d.bytes == 0 {
-                continue;
-            }
-            let disk = std::path::Path::new(&d.path);
-            for name in &names {
-                let path = layout::summary_path(disk, name, format);
-                // Only where that data stream has a part (a vbs directory), or beside a file.
-                if format == Format::Vbs && !path.parent().is_some_and(|p| p.is_dir()) {
-                    continue;
+        let mut written = false;
+        for d in s.disks.iter().filter(|d| d.bytes > 0) {
+            written |= write_summary_on(std::path::Path::new(&d.path), &names, s, format, false);
+        }
+        if !written {
+            for d in &s.disks {
+                if write_summary_on(std::path::Path::new(&d.path), &names, s, format, true) {
+                    return true;
                 }
-                if let Some(dir) = path.parent() {
-                    let _ = std::fs::create_dir_all(dir);
-                }
-                // Whole or not at all, and on disk with the scan's last chunks. A failing disk
-                // may refuse this too; the summary is still returned.
-                let _ = diskio::write_whole(&path, s.to_json().as_bytes());
-            }
-            if format != Format::Vbs {
-                // The summaries' directory, new in the disk for the first scan.
-                let _ = diskio::sync_dir(disk);
             }
         }
+        written
     }
+}
+
+/// What a scan's summary note says when no disk took it (the console and the log look for it).
+pub const SUMMARY_NOWHERE: &str = "the scan's summary could not be written on any disk";
+
+/// `s` as JSON beside each of `names` on `disk` (`make`: a vbs scan's directory is made for
+/// it); whether it was written whole.
+fn write_summary_on(
+    disk: &std::path::Path,
+    names: &[&str],
+    s: &ScanSummary,
+    format: Format,
+    make: bool,
+) -> bool {
+    let mut written = false;
+    for name in names {
+        let path = layout::summary_path(disk, name, format);
+        // Only where that data stream has a part (a vbs directory), or beside a file.
+        if format == Format::Vbs && !make && !path.parent().is_some_and(|p| p.is_dir()) {
+            continue;
+        }
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+            if make && format == Format::Vbs {
+                crate::vdif::catalogue::made(disk, name);
+            }
+        }
+        // Whole or not at all, and on disk with the scan's last chunks. A failing disk may
+        // refuse this too; the summary is still returned.
+        written |= diskio::write_whole(&path, s.to_json().as_bytes()).is_ok();
+    }
+    if format != Format::Vbs {
+        // The summaries' directory, new in the disk for the first scan.
+        let _ = diskio::sync_dir(disk);
+    }
+    written
 }
 
 impl Active {
