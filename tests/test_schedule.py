@@ -615,3 +615,14 @@ def test_a_byte_order_mark_before_the_revision_is_read(tmp_path: Path) -> None:
     plain = Schedule.parse(text)
     for s in (Schedule.read(p), Schedule.parse("\ufeff" + text), Schedule.parse(b"\xef\xbb\xbf" + text.encode())):
         assert rows(s, "Ky") == rows(plain, "Ky") and len(rows(s, "Ky")) == 1
+
+
+def test_a_latin_1_comment_leaves_a_utf_8_name_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = vex(_ONE_SCAN + "* site at 37\xb0N (an old comment, in Latin-1)\n"
+               "scan sc\u00e9; start=2026y064d12h00m00s; mode=m; station=Ky: 0 sec: 5 sec; endscan;\n")
+    p = tmp_path / "mixed.vex"
+    p.write_bytes(text.replace("\xb0", "\0").encode("utf-8").replace(b"\0", b"\xb0"))
+    s = Schedule.read(p)
+    assert [x.name for x in s.scans("Ky")] == ["sc\u00e9"]
+    code, out, _ = run(capsys, str(p), "--station", "Ky", "--now", "2026-03-05T11:00:00")
+    assert code == 1 and "warning: scan sc\u00e9: its name on disk cannot be used: \"E_Ky_sc\u00e9\" holds '\u00e9'" in out, out

@@ -129,11 +129,22 @@ class VexFile:
 
 def decode(data: bytes) -> str:
     """The text of a VEX file: UTF-8 where it is (a byte-order mark before it, as some editors
-    write, is dropped), else Latin-1 (which reads any byte)."""
+    write, is dropped), else line by line: each line UTF-8 where it is, else Latin-1 (which
+    reads any byte). An old comment in Latin-1 then leaves a UTF-8 name elsewhere as written,
+    rather than turning its `é` into `Ã©`."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        return data.decode("latin-1")
+        pass
+    lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")
+    return "\n".join(_line_text(line) for line in lines)
+
+
+def _line_text(line: bytes) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        return line.decode("latin-1")
 
 
 def read_vex(path: str | os.PathLike[str]) -> VexFile:
