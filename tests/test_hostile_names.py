@@ -75,6 +75,23 @@ def commands(probe: str) -> list[str]:
             f"set_disks={probe}", "set_disks?", f"record=on:{probe}", "record=off", f"scan_set={probe}:s:+1000"]
 
 
+def tree_state(tmp_path: Path, serve: Serve) -> dict[str, tuple[int, int]]:
+    """Every file and directory under `tmp_path` outside the disks and the gather directory
+    (serve's own output and log aside), with its size and modification time."""
+    inside = {*serve.disks, serve.gather}
+    state = {}
+    for dirpath, dirs, files in os.walk(tmp_path):
+        here = Path(dirpath)
+        dirs[:] = [d for d in dirs if here / d not in inside]
+        for name in [*dirs, *files]:
+            p = here / name
+            if p in (serve.out, serve.log):
+                continue
+            st = p.lstat()
+            state[str(p)] = (st.st_size, st.st_mtime_ns)
+    return state
+
+
 @pytest.mark.slow
 def test_no_name_or_path_opens_anything_outside_the_disks(tmp_path: Path) -> None:
     serve = Serve(tmp_path)
@@ -85,6 +102,7 @@ def test_no_name_or_path_opens_anything_outside_the_disks(tmp_path: Path) -> Non
         assert serve.one("net_port=0").code == 0
         given = set(serve.one("set_disks?").fields[1:])
         assert len(given) == 2
+        outside_before = tree_state(tmp_path, serve)
         rng = random.Random(36)
         forms = sentinel_forms()
         answered = 0
@@ -118,6 +136,8 @@ def test_no_name_or_path_opens_anything_outside_the_disks(tmp_path: Path) -> Non
                         assert b"sentinel-bytes" not in p.read_bytes(), p
                         assert p.read_bytes()[:4] != struct.pack("<I", MK6_SYNC), p
         assert tree["secret"].read_bytes() == SENTINEL
+        # Nothing was made, changed or removed outside the disks and the gather directory.
+        assert tree_state(tmp_path, serve) == outside_before
     finally:
         serve.stop()
 

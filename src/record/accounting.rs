@@ -308,7 +308,10 @@ impl Accounting {
     /// the highest frame number seen is only a lower bound, and after the stream stopped
     /// until what follows has wrapped).
     pub fn frames_per_second_known(&self) -> Option<u32> {
-        let sure = self.fps_settled && self.fps_learned > 0 && self.relearning.is_none();
+        // During a quiet the next frames may be another stream's: nothing is sure until then.
+        let quiet = self.gap_policy == GapPolicy::WallClock
+            && self.now_wall - self.last_frame_wall > QUIET_SECONDS;
+        let sure = self.fps_settled && self.fps_learned > 0 && self.relearning.is_none() && !quiet;
         self.fps_given.or(sure.then_some(self.fps_learned))
     }
 

@@ -354,7 +354,13 @@ impl Part {
         let done = if force {
             std::fs::rename(&self.path, out)
         } else {
-            std::fs::hard_link(&self.path, out)
+            std::fs::hard_link(&self.path, out).or_else(|e| match e.kind() {
+                // A file system without hard links (vfat, exFAT): a rename where the name is
+                // still free (it was a moment ago).
+                std::io::ErrorKind::AlreadyExists => Err(e),
+                _ if out.symlink_metadata().is_err() => std::fs::rename(&self.path, out),
+                _ => Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists)),
+            })
         };
         done.map_err(|source| match source.kind() {
             std::io::ErrorKind::AlreadyExists => ConvertError::Exists(out.to_path_buf()),

@@ -107,6 +107,7 @@ def run_serve(a: argparse.Namespace) -> int:
                       "(serve --port opens both at the start)", flush=True)
             while True:
                 time.sleep(0.5)
+                station.poll()
         except KeyboardInterrupt:
             pass
         finally:

@@ -58,8 +58,8 @@ class ScanResult:
 
     @property
     def frames(self) -> int | None:
-        """Frames recorded: those on disk, whole (None if it was not recorded). Frames of the
-        window no disk took are not recorded: ``lost`` counts them under ``disk``."""
+        """Frames recorded: those on disk, whole (None if it was not recorded). Frames the
+        scan took that no disk took are not recorded: ``lost`` counts them under ``disk``."""
         s = self.summary
         if s is None:
             return None

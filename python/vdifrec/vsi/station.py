@@ -272,8 +272,9 @@ class Station:
     def _collected(self, s: ScanSummary) -> None:
         """A scan is on disk: its summary kept, and told in the log."""
         self.summaries[s.name] = s
+        on_disk = s.bytes_written // s.frame_size if s.frame_size else s.frames
         self.note(
-            f"scan {s.name}: {s.frames} frames, {s.bytes_written} bytes on {sum(1 for d in s.disks if d.bytes)} disk(s), "
+            f"scan {s.name}: {on_disk} frames, {s.bytes_written} bytes on {sum(1 for d in s.disks if d.bytes)} disk(s), "
             f"lost {s.frames_lost}, {'ok' if s.ok else 'NOT OK - ' + str(s.error or 'frames lost')}"
         )
         for n in s.notes:
@@ -292,6 +293,12 @@ class Station:
         if s is not None and s.name == name:
             self._collected(s)
             self.pointer = ScanPointer(name, 0, 0)
+
+    def poll(self) -> None:
+        """Between commands (serve calls it every half second): a scan that ended by itself
+        is collected and logged when it ends, not at the next command."""
+        with self._lock:
+            self._collect_ended()
 
     def await_drain(self) -> None:
         """Commands that read the scan just stopped wait (bounded) until its tail is on disk."""

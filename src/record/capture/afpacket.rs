@@ -24,6 +24,8 @@ const PACKET_RX_RING: libc::c_int = 5;
 const PACKET_STATISTICS: libc::c_int = 6;
 const PACKET_VERSION: libc::c_int = 10;
 const TPACKET_V3: libc::c_int = 2;
+/// Linux 4.20+: the socket is not given the host's own outgoing packets.
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const TP_STATUS_KERNEL: u32 = 0;
 const TP_STATUS_USER: u32 = 1;
 
@@ -138,6 +140,17 @@ impl AfPacketBackend {
             {
                 return Err(setup(io::Error::last_os_error()));
             }
+            // A forward sent out of this interface to another host at the data port would
+            // otherwise be captured again: its packets are the host's own, outgoing. (Older
+            // kernels refuse the option; there a forward must use another port or interface.)
+            let one: libc::c_int = 1;
+            let _ = libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                PACKET_IGNORE_OUTGOING,
+                &one as *const _ as *const libc::c_void,
+                4,
+            );
             let req = TpacketReq3 {
                 tp_block_size: BLOCK_SIZE,
                 tp_block_nr: BLOCK_COUNT,

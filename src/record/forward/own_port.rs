@@ -4,16 +4,20 @@
 //! The rule: the destination's address is one of this host's, and its port one the recorder
 //! receives on. This host's addresses are the unspecified ones (`0.0.0.0`, `::`: a datagram
 //! sent there arrives on this host), loopback (`127.0.0.0/8`, `::1`), every address of its
-//! interfaces as they are now, and the IPv4-mapped IPv6 form of any of these. Another host at
+//! interfaces as they are now, and the IPv4-mapped IPv6 form of any of these; a multicast
+//! group is one too (the host's own members get what is sent to it). Another host at
 //! the same port number (station and correlator often both use the same one) is no loop, and
 //! TCP cannot reach the recorder's datagram socket at all. The CLI, the API and VSI-S's
 //! `mem2net` all ask here.
 
 use std::net::{IpAddr, SocketAddr};
 
-/// True when datagrams to `to` would arrive on one of the `receiving` ports of this host.
+/// True when datagrams to `to` would arrive on one of the `receiving` ports of this host: an
+/// address of this host, or a multicast group (sent to one, a datagram loops back to the
+/// host's own members), at a port it receives on.
 pub fn feeds_receiver(to: SocketAddr, receiving: &[SocketAddr]) -> bool {
-    receiving.iter().any(|r| r.port() == to.port()) && is_this_host(to.ip())
+    let ip = canonical(to.ip());
+    receiving.iter().any(|r| r.port() == to.port()) && (ip.is_multicast() || is_this_host(ip))
 }
 
 /// True when `ip` is one of this host's addresses (in any of its spellings).
@@ -101,6 +105,9 @@ mod tests {
             assert!(!feeds_receiver(at("127.0.0.1:5001"), &receiving));
             assert!(!feeds_receiver(at("192.0.2.7:5000"), &receiving), "{bound}");
             assert!(!feeds_receiver(at("[2001:db8::7]:5000"), &receiving));
+            // A multicast group at the port loops back to the host's own members.
+            assert!(feeds_receiver(at("239.1.2.3:5000"), &receiving));
+            assert!(!feeds_receiver(at("239.1.2.3:5001"), &receiving));
         }
     }
 

@@ -431,6 +431,7 @@ impl GateLoop {
         if self.active.is_empty() || self.disks.any_alive() {
             return;
         }
+        let mut told = false;
         for a in self.active.iter_mut() {
             if a.parts.iter().all(|p| p.stop_at.is_some()) {
                 continue;
@@ -445,8 +446,10 @@ impl GateLoop {
                 a.plan.name
             );
             a.notes.push(why.clone());
-            if let Some(i) = self.inputs.first() {
+            // The status names the scan that was recording (those queued behind it end too).
+            if let (false, Some(i)) = (told, self.inputs.first()) {
                 i.shared.set_scan_ended(Some(why));
+                told = true;
             }
         }
     }
@@ -840,7 +843,8 @@ impl GateLoop {
         for d in s.disks.iter().filter(|d| d.bytes > 0) {
             written |= write_summary_on(std::path::Path::new(&d.path), &names, s, format, false);
         }
-        if !written {
+        // A scan queued behind one that closed took no frame: nothing of it is told on disk.
+        if !written && s.frames > 0 {
             for d in &s.disks {
                 if write_summary_on(std::path::Path::new(&d.path), &names, s, format, true) {
                     return true;
@@ -870,15 +874,24 @@ fn write_summary_on(
         if format == Format::Vbs && !make && !path.parent().is_some_and(|p| p.is_dir()) {
             continue;
         }
+        let made_dir = make && format == Format::Vbs && path.parent().is_some_and(|p| !p.exists());
         if let Some(dir) = path.parent() {
             let _ = std::fs::create_dir_all(dir);
-            if make && format == Format::Vbs {
-                crate::vdif::catalogue::made(disk, name);
-            }
         }
         // Whole or not at all, and on disk with the scan's last chunks. A failing disk may
         // refuse this too; the summary is still returned.
-        written |= diskio::write_whole(&path, s.to_json().as_bytes()).is_ok();
+        let ok = diskio::write_whole(&path, s.to_json().as_bytes()).is_ok();
+        if made_dir {
+            match (ok, path.parent()) {
+                (true, _) => crate::vdif::catalogue::made(disk, name),
+                // No empty directory is left where the summary did not fit.
+                (false, Some(dir)) => {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                (false, None) => {}
+            }
+        }
+        written |= ok;
     }
     if format != Format::Vbs {
         // The summaries' directory, new in the disk for the first scan.

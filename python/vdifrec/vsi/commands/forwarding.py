@@ -12,6 +12,7 @@ builds its chain then; only ``ipd`` changes it afterwards. The station keeps it
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import re
 import socket
@@ -143,8 +144,7 @@ def _connect(st: Station, c: Command) -> Reply:
         raise Problem(Code.CONFLICT, "Already doing mem2net")
     if st.recorder is None:
         raise Problem(Code.CONFLICT, "no data port, so nothing to send - set net_port=<port> (or serve --port) first")
-    # The host is the rest of the command: an IPv6 address's colons split it into fields.
-    given = ":".join(c.params[1:]).strip() or st.mem2net_host
+    given = _host_field(c.params[1:]) or st.mem2net_host
     if not given:
         raise Problem(Code.ERROR, "no host to connect to - give it after connect")
     host, port = _host_port(st, given)
@@ -168,6 +168,21 @@ def _connect(st: Station, c: Command) -> Reply:
         raise Problem(Code.ERROR, f"{m.scheme} to {host} port {port} - {why}")
     st.mem2net, st.mem2net_host = m, given
     return reply(c)
+
+
+def _host_field(fields: tuple[str, ...]) -> str:
+    """The host of ``mem2net=connect:<host>``: the next field, or, where an IPv6 address's
+    colons split it into several, those fields joined again (``[::1]@46227``, ``fd00::5``)."""
+    if not fields:
+        return ""
+    joined = ":".join(fields).strip()
+    if joined.startswith("["):
+        return joined
+    try:
+        ipaddress.IPv6Address(joined.rpartition("@")[0] if "@" in joined else joined)
+    except ValueError:
+        return fields[0].strip()
+    return joined
 
 
 def _host_port(st: Station, given: str) -> tuple[str, int]:
