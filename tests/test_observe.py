@@ -290,15 +290,16 @@ def test_a_schedule_past_and_not_vdif_is_missed_with_the_reason(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_a_scan_no_disk_takes_is_recorded_as_nothing_and_its_summary_is_on_the_disk(tmp_path: Path) -> None:
-    """The only disk fills before the scan's first chunk: the scan is not recorded (its line
-    says 0 frames and why), it closes at once, and its summary lies on the disk all the same."""
+    """The only disk is full before the scan's first frame fits: the scan is not recorded (its
+    line says 0 frames and why), it closes at once, and its summary lies on the disk all the
+    same. (Frames that fit are kept: tests/test_scan_record.py.)"""
     t0 = whole_second_from_now(LEAD)
     vex = make_vex(tmp_path / "f.vex", experiment="VT26K", stations=["Ky"], **FORMAT, scans=[("f1", t0, 2, 0)])
     disk = tmp_path / "disk0"
     disk.mkdir()
     port = free_udp_port()
     proc = observe_cli(str(vex), "--station", "Ky", "--port", str(port), "--disk", str(disk), "--format", "vbs",
-                       "--chunk-size", "1MiB", "--disk-fault", f"{disk}=full@64KiB", "--ring", "64MiB",
+                       "--chunk-size", "1MiB", "--disk-fault", f"{disk}=full@100", "--ring", "64MiB",
                        "--summary-json", str(tmp_path / "session.json"), "--clock-limit", "30")
     read_until(proc, r"^listening on ")
     until_end = (t0 + dt.timedelta(seconds=2) - dt.datetime.now(dt.timezone.utc)).total_seconds() + 1

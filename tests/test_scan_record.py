@@ -294,6 +294,32 @@ def test_when_every_disk_fills_the_scan_says_exactly_what_was_dropped(tmp_path: 
 
 
 @pytest.mark.slow
+def test_the_last_disk_keeps_the_whole_frames_that_fitted(tmp_path: Path) -> None:
+    """The only disk fills in the middle of a chunk: the frames that fitted stay, as a shorter
+    chunk cut at its last whole frame, synced, counted written and durable; the rest is
+    dropped, and the scan on disk is what was sent, up to there."""
+    ds = disks(tmp_path, 1)
+    limit = (2 << 20) + (1 << 19)  # two chunks and half of a third
+    sent_file = tmp_path / "sent.vdif"
+    _, s, _, d = record(
+        tmp_path,
+        dict(disks=[str(ds[0])], format="vbs", chunk_size="1MiB", disk_faults={str(ds[0]): f"full@{limit}"}),
+        dict(frames=6000, fps=FPS, record_sent=sent_file, **START),
+    )
+    chunks = vbs_chunks(ds, "kvn_scan1")
+    sizes = [chunks[k].stat().st_size for k in sorted(chunks)]
+    assert sorted(chunks) == [0, 1, 2] and sizes[2] == (limit - sizes[0] - sizes[1]) // FS * FS > 0, sizes
+    assert s.bytes_written == sum(sizes) == s.durable_bytes == s.durable_frames * FS, s
+    assert s.bytes_written + s.bytes_dropped_disk == s.bytes_buffered and s.chunks >= 3
+    assert any("chunk 2 kept on" in n for n in s.notes), s.notes
+    # What is on disk is the stream as sent, from the scan's first frame on, whole frames.
+    data = gather_vbs(ds, "kvn_scan1")
+    sent = sent_file.read_bytes()
+    if d.kernel_drops == 0:
+        assert data == sent[:len(data)]
+
+
+@pytest.mark.slow
 def test_a_disk_that_really_fills_leaves_the_set(tmp_path: Path) -> None:
     """A small tmpfs as one of the disks: it fills for real (ENOSPC), leaves the set, and the
     scan goes on on the other disk. Needs the right to mount (root, CAP_SYS_ADMIN)."""

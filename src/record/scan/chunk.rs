@@ -21,13 +21,16 @@
 //! file header names the block size planned when it is first written, which no block of the
 //! scan exceeds, and is rewritten in place (its first 20 bytes) at close with the largest.
 
+use crate::record::classify::swapped_header;
 use crate::record::diskio::{self, Budget};
 use crate::record::ring::Ring;
 use crate::record::scan::disks::{ClosedScanFile, Disk, OpenScanFile, ScanOnDisk};
 use crate::record::scan::durable::DurableChunk;
 use crate::record::scan::window::FramePoint;
 use crate::vdif::catalogue;
+use crate::vdif::header::Header;
 use crate::vdif::layout::{self, Format, Mk6BlockHeader, Mk6FileHeader};
+use crate::vdif::time::utc_unix;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -89,6 +92,8 @@ pub struct ScanOut {
     pub chunk_frames: u64,
     /// A `file` scan rotated by size: chunks per file (None: one file).
     pub file_chunks: Option<u64>,
+    /// The stream's headers are big-endian (as the gate reads them).
+    pub big_endian: bool,
 }
 
 impl ScanOut {
@@ -121,17 +126,64 @@ pub struct Failed {
     pub why: String,
     /// Chunks of the scan made durable on the way nonetheless (a rotated part it closed).
     pub durable: Vec<DurableChunk>,
+    /// The last disk of the set filled during the chunk: the whole frames that fitted, kept
+    /// as a shorter chunk (on disk and synced).
+    pub kept: Option<Box<Kept>>,
+}
+
+/// The part of a chunk kept on the last disk when it filled.
+pub struct Kept {
+    pub path: PathBuf,
+    pub frames: u64,
+    /// The chunk as `durable` counts it: its first `frames` frames.
+    pub durable: DurableChunk,
+}
+
+/// The header and VDIF time of frame `seq` of `ring` (published, not yet released).
+pub fn frame_at(ring: &Ring, seq: u64, big_endian: bool) -> Option<(Header, FramePoint)> {
+    // SAFETY: `seq` is published and not yet released (the gate releases it later).
+    let bytes = unsafe { ring.frames(seq, 1) };
+    let parsed = if big_endian {
+        Header::parse_unchecked(&swapped_header(bytes))
+    } else {
+        Header::parse_unchecked(bytes)
+    };
+    let h = parsed.ok()?;
+    let point = (utc_unix(h.ref_epoch(), h.seconds()), h.frame_nr());
+    Some((h, point))
+}
+
+/// The ring sequence number of frame `k` of `job` (counted over its ranges).
+fn seq_of(job: &ChunkJob, mut k: u64) -> Option<u64> {
+    for &(seq, n) in &job.ranges {
+        if k < n {
+            return Some(seq + k);
+        }
+        k -= n;
+    }
+    None
+}
+
+/// Whether `e` says the disk is full (as opposed to failing).
+fn is_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG)
+    )
 }
 
 /// Writes `job` to `disk`; the caller holds the disk (no other writer uses it meanwhile).
+/// `last_disk`: no other disk is left in the set, so that a vbs chunk the disk cannot hold
+/// whole is kept as far as it fitted, in whole frames, rather than written again elsewhere.
 pub fn write_chunk(
     out: &ScanOut,
     ring: &Ring,
     disk: &Disk,
     job: &ChunkJob,
+    last_disk: bool,
 ) -> Result<Written, Failed> {
     match out.format {
-        Format::Vbs => write_vbs(out, ring, disk, job),
+        Format::Vbs => write_vbs(out, ring, disk, job, last_disk),
         Format::File | Format::Mk6 => append(out, ring, disk, job),
     }
 }
@@ -140,6 +192,7 @@ fn fail(path: &std::path::Path, what: &str, e: impl std::fmt::Display) -> Failed
     Failed {
         why: format!("{what} {}: {e}", path.display()),
         durable: Vec::new(),
+        kept: None,
     }
 }
 
@@ -209,7 +262,13 @@ fn write_frames(
         .map_err(|(n, e)| (whole * fs + n, e))
 }
 
-fn write_vbs(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<Written, Failed> {
+fn write_vbs(
+    out: &ScanOut,
+    ring: &Ring,
+    disk: &Disk,
+    job: &ChunkJob,
+    last_disk: bool,
+) -> Result<Written, Failed> {
     let dir = layout::vbs_dir(&disk.path, &out.name);
     std::fs::create_dir_all(&dir).map_err(|e| fail(&dir, "cannot create", e))?;
     catalogue::made(&disk.path, &out.name);
@@ -228,18 +287,51 @@ fn write_vbs(out: &ScanOut, ring: &Ring, disk: &Disk, job: &ChunkJob) -> Result<
     // The chunk is durable once its frames and size are synced and its name is in the scan's
     // directory on the disk, and the directory's name in the disk (once per data stream).
     let dir_known = state.with_scan(&out.scan, |s, _| s.vbs_dirs_synced.contains(&out.name));
+    let sync_dirs = || {
+        diskio::sync_dir(&dir)?;
+        if dir_known {
+            return Ok(());
+        }
+        diskio::sync_dir(&disk.path)
+    };
     let result = write_frames(&file, &mut direct, ring, job, 0, budget)
-        .map_err(|(n, e)| (n, e.to_string()))
-        .and_then(|()| diskio::finish(&file, bytes).map_err(|e| (bytes, e.to_string())))
-        .and_then(|()| diskio::sync_dir(&dir).map_err(|e| (bytes, e.to_string())))
-        .and_then(|()| {
-            if dir_known {
-                return Ok(());
-            }
-            diskio::sync_dir(&disk.path).map_err(|e| (bytes, e.to_string()))
-        });
+        .and_then(|()| diskio::finish(&file, bytes).map_err(|e| (bytes, e)))
+        .and_then(|()| sync_dirs().map_err(|e| (bytes, e)));
     if let Err((n, e)) = result {
         state.used += n;
+        let fs = out.frame_size as u64;
+        let frames = n.min(bytes) / fs;
+        if last_disk && is_full(&e) && frames > 0 {
+            // No disk is left to take the chunk again: what fitted stays, cut at its last
+            // whole frame, and is made durable as a shorter chunk.
+            let keep = frames * fs;
+            let cut = file.set_len(keep).is_ok();
+            if cut && file.sync_data().is_ok() && sync_dirs().is_ok() {
+                let last = seq_of(job, frames - 1)
+                    .and_then(|seq| frame_at(ring, seq, out.big_endian))
+                    .map_or(job.last, |(_, point)| point);
+                state.with_scan(&out.scan, |s, used| {
+                    if !dir_known {
+                        s.vbs_dirs_synced.push(out.name.clone());
+                    }
+                    *used += keep;
+                    s.frame_bytes += keep;
+                    s.chunks += 1;
+                });
+                let mut f = fail(&path, "writing", e);
+                f.kept = Some(Box::new(Kept {
+                    path,
+                    frames,
+                    durable: DurableChunk {
+                        frames,
+                        bytes: keep,
+                        last,
+                        ..job.durable()
+                    },
+                }));
+                return Err(f);
+            }
+        }
         drop(file);
         // Nothing half-written stays: the chunk is written again on another disk.
         let _ = std::fs::remove_file(&path);

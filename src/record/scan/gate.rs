@@ -11,7 +11,6 @@
 //! disk that fails mid-chunk loses nothing: the chunk is written again elsewhere).
 
 use crate::record::accounting::{Accounting, Fate, GapPolicy};
-use crate::record::classify::swapped_header;
 use crate::record::diskio;
 use crate::record::ring::Ring;
 use crate::record::scan::chunk::{self, ChunkJob, ScanOut};
@@ -28,7 +27,7 @@ use crate::record::shared::Shared;
 use crate::record::stats::{FileRecord, ScanDurable, StreamCounts};
 use crate::vdif::header::Header;
 use crate::vdif::layout::{self, Format};
-use crate::vdif::time::{utc_unix, VdifTime};
+use crate::vdif::time::VdifTime;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{fence, AtomicUsize, Ordering};
@@ -493,7 +492,7 @@ impl GateLoop {
                 Some(r) => {
                     input.pos = r.read_seq();
                     for a in &mut self.active {
-                        a.lay_out(k, r);
+                        a.lay_out(k, r, self.big_endian);
                     }
                 }
                 None => {
@@ -609,7 +608,7 @@ impl GateLoop {
         };
         for (k, i) in self.inputs.iter().enumerate() {
             if let Some(r) = &i.ring {
-                a.lay_out(k, r);
+                a.lay_out(k, r, self.big_endian);
             }
         }
         self.active.push(a);
@@ -903,7 +902,7 @@ fn write_summary_on(
 impl Active {
     /// Stream `k`'s ring exists: its chunk size is decided. The ring must hold a chunk for
     /// every writer and one filling, or it could fill with chunks that never complete.
-    fn lay_out(&mut self, k: usize, ring: &Ring) {
+    fn lay_out(&mut self, k: usize, ring: &Ring, big_endian: bool) {
         let plan = &self.plan;
         let fs = ring.frame_size();
         let run = ring.run();
@@ -934,6 +933,7 @@ impl Active {
             direct: plan.direct,
             chunk_frames,
             file_chunks,
+            big_endian,
         });
     }
 
@@ -1174,16 +1174,7 @@ impl Active {
 /// Frame `seq`'s header and its place in the stream; None for a header that does not parse
 /// (the capture accepted only frames with a valid one).
 fn frame_at(ring: &Ring, seq: u64, big_endian: bool) -> Option<(Header, FramePoint)> {
-    // SAFETY: `seq` is published and not yet released (the gate releases it later).
-    let bytes = unsafe { ring.frames(seq, 1) };
-    let parsed = if big_endian {
-        Header::parse_unchecked(&swapped_header(bytes))
-    } else {
-        Header::parse_unchecked(bytes)
-    };
-    let h = parsed.ok()?;
-    let point = (utc_unix(h.ref_epoch(), h.seconds()), h.frame_nr());
-    Some((h, point))
+    chunk::frame_at(ring, seq, big_endian)
 }
 
 /// The VDIF time of a frame of a stream of `fps` frames per second per thread (0: not known

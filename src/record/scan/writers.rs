@@ -1,7 +1,8 @@
 //! The scan's writer threads. Each takes the next chunk from the queue and the next ready
 //! disk, writes the chunk there, and reports it done so the gate can release its frames. A
 //! disk that fails or fills is dropped from the set and the same chunk goes to the next disk:
-//! nothing is lost while any disk remains. With no disk left, the chunk is counted as dropped.
+//! nothing is lost while any disk remains. The last disk keeps what of a vbs chunk fitted (whole
+//! frames); with no disk left, the rest is counted as dropped.
 
 use crate::record::ring::Ring;
 use crate::record::scan::chunk::{self, ChunkJob, ScanOut};
@@ -119,6 +120,8 @@ fn write_somewhere(
     let mut tried = 0;
     // Chunks made durable by attempts that failed (a rotated part closed on the way).
     let mut durable = Vec::new();
+    // Bytes of the chunk kept on the last disk as it filled (the rest is dropped).
+    let mut kept_bytes = 0;
     loop {
         let next = if tried == 0 {
             first.take()
@@ -128,7 +131,7 @@ fn write_somewhere(
         tried += 1;
         let Some(d) = next else {
             let mut l = log.lock().unwrap();
-            l.bytes_dropped += bytes;
+            l.bytes_dropped += bytes - kept_bytes;
             l.error.get_or_insert_with(|| {
                 "no disk is left in the set: the rest of the scan was not written".into()
             });
@@ -141,7 +144,8 @@ fn write_somewhere(
             };
         };
         let disk = &disks.disks[d];
-        match chunk::write_chunk(out, ring, disk, job) {
+        let last_disk = disks.alive() == [d];
+        match chunk::write_chunk(out, ring, disk, job, last_disk) {
             Ok(mut w) => {
                 disks.give(d);
                 durable.append(&mut w.durable);
@@ -179,6 +183,24 @@ fn write_somewhere(
             }
             Err(mut f) => {
                 durable.append(&mut f.durable);
+                if let Some(k) = f.kept.take() {
+                    kept_bytes = k.durable.bytes;
+                    let mut l = log.lock().unwrap();
+                    l.bytes_written += kept_bytes;
+                    *l.bytes_by_scan.entry(out.name.clone()).or_default() += kept_bytes;
+                    l.files.push(FileRecord {
+                        path: k.path.display().to_string(),
+                        bytes: kept_bytes,
+                    });
+                    l.notes.push(format!(
+                        "chunk {} kept on {} as far as it fitted: {} of its {} frames",
+                        job.number,
+                        disk.path.display(),
+                        k.frames,
+                        job.frames
+                    ));
+                    durable.push(k.durable);
+                }
                 let why = f.why;
                 log.lock().unwrap().notes.push(format!(
                     "disk {} left the set: {why}; chunk {} goes to the next disk",
