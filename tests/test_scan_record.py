@@ -10,6 +10,7 @@ what it dropped (conftest.delivered), and the disks must hold exactly the frames
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 import subprocess
@@ -317,6 +318,48 @@ def test_the_last_disk_keeps_the_whole_frames_that_fitted(tmp_path: Path) -> Non
     sent = sent_file.read_bytes()
     if d.kernel_drops == 0:
         assert data == sent[:len(data)]
+
+
+@pytest.mark.slow
+def test_a_summary_no_disk_takes_is_said_in_the_status(tmp_path: Path) -> None:
+    """The only disk is full to the last byte: nothing of the scan fits, nor its summary; the
+    summary's notes and /status say so. Needs the right to mount (root, CAP_SYS_ADMIN)."""
+    import json
+    import urllib.request
+
+    ds = disks(tmp_path, 1)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(ds[0])], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        fd = os.open(ds[0] / "ballast", os.O_WRONLY | os.O_CREAT)
+        try:
+            for _ in range(1024):  # 1 MiB at most
+                os.write(fd, bytes(1024))
+        except OSError:
+            pass  # full to the last byte
+        finally:
+            os.close(fd)
+        rec = vdifrec.Recorder(port=0, ring="16MiB", frame_size=FS, disks=[str(ds[0])], format="vbs",
+                               chunk_size="1MiB", status_listen="127.0.0.1:0")
+        rec.start()
+        try:
+            rec.start_scan("kvn_scan1")
+            vdifrec.send(rec.address, frames=300, fps=FPS, **START)
+            s = rec.stop_scan() if rec.scan else rec.wait_scan(10)
+            assert s is not None and s.bytes_written == 0 and s.frames > 0
+            assert any(n.startswith("the scan's summary could not be written on any disk") for n in s.notes), s.notes
+            assert rec.status_address is not None
+            h, port = rec.status_address
+            with urllib.request.urlopen(f"http://{h}:{port}/status", timeout=10) as r:
+                doc = json.loads(r.read())
+            assert "scan kvn_scan1: the scan's summary could not be written on any disk" in doc["scan_ended"], doc
+        finally:
+            rec.stop()
+        # Nothing of it is on the disk (at most the directory its first chunk was to go in).
+        assert not (ds[0] / "kvn_scan1").exists() or list((ds[0] / "kvn_scan1").iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(ds[0])], check=False)
 
 
 @pytest.mark.slow

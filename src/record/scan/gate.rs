@@ -819,10 +819,18 @@ impl GateLoop {
         }
         .judge();
         let mut s = s;
-        if !self.write_summary_files(&s, format) {
-            s.notes.push(format!(
+        if !self.write_summary_files(&s, format) && s.frames > 0 {
+            let note = format!(
                 "{SUMMARY_NOWHERE}: every disk refused it (full or failed); what it says is here only"
-            ));
+            );
+            // The status says it too: this summary is then in this process alone.
+            if let Some(i) = self.inputs.first() {
+                let told = i.shared.scan_ended();
+                let why = format!("scan {}: {note}", s.name);
+                i.shared
+                    .set_scan_ended(Some(told.map_or(why.clone(), |t| format!("{t}; {why}"))));
+            }
+            s.notes.push(note);
         }
         self.publish(s);
     }
