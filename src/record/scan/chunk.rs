@@ -294,14 +294,18 @@ fn write_vbs(
         }
         diskio::sync_dir(&disk.path)
     };
-    let result = write_frames(&file, &mut direct, ring, job, 0, budget)
+    // Only a write the disk refused for space leaves a part worth keeping: after a failed
+    // sync nothing written is known to be on the disk.
+    let written = write_frames(&file, &mut direct, ring, job, 0, budget);
+    let refused_for_space = matches!(&written, Err((_, e)) if is_full(e));
+    let result = written
         .and_then(|()| diskio::finish(&file, bytes).map_err(|e| (bytes, e)))
         .and_then(|()| sync_dirs().map_err(|e| (bytes, e)));
     if let Err((n, e)) = result {
         state.used += n;
         let fs = out.frame_size as u64;
         let frames = n.min(bytes) / fs;
-        if last_disk && is_full(&e) && frames > 0 {
+        if last_disk && refused_for_space && frames > 0 {
             // No disk is left to take the chunk again: what fitted stays, cut at its last
             // whole frame, and is made durable as a shorter chunk.
             let keep = frames * fs;
