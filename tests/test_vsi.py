@@ -630,16 +630,23 @@ def test_a_new_stream_at_another_rate_is_counted_at_its_own(tmp_path: Path) -> N
             summary = scan_summary(s.disks, name)
             assert summary["frames"] == fps * seconds - d.kernel_drops, summary
             assert summary["frames_out_of_window"] == 0 and summary["time_jumps"] == 0, summary
-            assert {x["frames_per_second"] for x in summary["seconds"]} == {fps}, summary["seconds"]
-            assert summary["first_frame"] == f"{vdifrec_time(start)}.000000000"
-            assert summary["last_frame"] == f"{vdifrec_time(start + seconds - 1)}.{(fps - 1) * 10**9 // fps:09d}"
             r = s.one("scan_check?")
-            assert r.fields[1] == name and r.fields[5] == f"{seconds}s", r
+            assert r.fields[1] == name, r
+            if d.kernel_drops == 0:
+                # Every frame arrived (a small socket buffer may drop some, the last ones too):
+                # the scan's rate, times and duration are exactly its own stream's.
+                assert {x["frames_per_second"] for x in summary["seconds"]} == {fps}, summary["seconds"]
+                assert summary["first_frame"] == f"{vdifrec_time(start)}.000000000"
+                assert summary["last_frame"] == f"{vdifrec_time(start + seconds - 1)}.{(fps - 1) * 10**9 // fps:09d}"
+                assert r.fields[5] == f"{seconds}s", r
             # The recorder's own count relearned the rate: no frame of the slower stream is
             # counted lost against the faster one's rate.
             stats = s.stats()
             assert (stats["frames_per_second"], stats["frames_per_second_known"]) == (str(fps), "True"), stats
-            assert int(stats["frames_lost"]) == lost_before + d.kernel_drops, stats
+            # Frames the kernel dropped inside a stream count as lost (those at its very end
+            # cannot be known of): never more than that.
+            lost = int(stats["frames_lost"]) - lost_before
+            assert lost <= d.kernel_drops and (lost == 0 or d.kernel_drops > 0), stats
             lost_before = int(stats["frames_lost"])
             # Streams a few seconds apart, as scans are.
             time.sleep(1.5)

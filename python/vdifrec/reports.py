@@ -250,6 +250,11 @@ class DiskRecord(_Record):
     dropped: str | None
 
 
+#: How a scan's summary note begins when no disk took the summary (the engine's words:
+#: `SUMMARY_NOWHERE` in src/record/scan/gate.rs).
+SUMMARY_NOWHERE = "the scan's summary could not be written on any disk"
+
+
 @dataclasses.dataclass(frozen=True)
 class ScanSummary(_Record):
     """One scan (``Recorder.stop_scan()``; also in ``Summary.scans`` and written as JSON beside

@@ -23,7 +23,7 @@ from typing import Any
 
 from .._core import ArgumentError
 from ..recorder import Recorder
-from ..reports import ScanSummary
+from ..reports import SUMMARY_NOWHERE, ScanSummary
 from ..scans import expand_disks
 from ..scans import find_scan
 from ..schedule import Schedule, ScheduleError, make_plan
@@ -33,9 +33,6 @@ from ..units import iso_utc
 from .checks import CLOCK_LIMIT_S, clock_warning, mismatches, newest_frame_time, stream_seen
 from .results import BEFORE, INTERRUPTED, MISSED, NOT_OK, RECORDED, RECORDING, WAITING, ScanResult, SessionSummary
 from .shipping import Shipper
-
-#: The note a scan's summary carries when no disk took it (the engine's words).
-SUMMARY_NOWHERE = "the scan's summary could not be written on any disk"
 
 #: A scan is queued into the recorder this long before its window starts (the stream is
 #: checked against its mode then).

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _core
 from ..recorder import Recorder
-from ..reports import ScanSummary, Stats
+from ..reports import SUMMARY_NOWHERE, ScanSummary, Stats
 from ..scans import expand_disks
 from .commands import configure, forwarding, identity, recording, scans
 from .common import Mode, Problem, ScanPointer, one_field
@@ -278,7 +278,7 @@ class Station:
             f"lost {s.frames_lost}, {'ok' if s.ok else 'NOT OK - ' + str(s.error or 'frames lost')}"
         )
         for n in s.notes:
-            if n.startswith("the scan's summary could not be written on any disk"):
+            if n.startswith(SUMMARY_NOWHERE):
                 self.note(f"scan {s.name}: {n}")
 
     def _collect_ended(self) -> None:

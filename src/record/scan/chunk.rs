@@ -139,7 +139,8 @@ pub struct Kept {
     pub durable: DurableChunk,
 }
 
-/// The header and VDIF time of frame `seq` of `ring` (published, not yet released).
+/// The header and VDIF time of frame `seq` of `ring` (published, not yet released); None for
+/// a header that does not parse (the capture accepted only frames with a valid one).
 pub fn frame_at(ring: &Ring, seq: u64, big_endian: bool) -> Option<(Header, FramePoint)> {
     // SAFETY: `seq` is published and not yet released (the gate releases it later).
     let bytes = unsafe { ring.frames(seq, 1) };

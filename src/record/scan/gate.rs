@@ -515,7 +515,7 @@ impl GateLoop {
             let mut taken = false;
             let open = |a: &Active| !a.closing && a.parts[k].stop_at.is_none_or(|s| seq < s);
             if self.active.iter().any(open) {
-                if let Some((h, point)) = frame_at(&ring, seq, self.big_endian) {
+                if let Some((h, point)) = chunk::frame_at(&ring, seq, self.big_endian) {
                     for a in self.active.iter_mut().filter(|a| open(a)) {
                         if a.offer(k, &ring, seq, &h, point, now_wall) {
                             taken = true;
@@ -1177,12 +1177,6 @@ impl Active {
             (a, b) => a.or(b),
         }
     }
-}
-
-/// Frame `seq`'s header and its place in the stream; None for a header that does not parse
-/// (the capture accepted only frames with a valid one).
-fn frame_at(ring: &Ring, seq: u64, big_endian: bool) -> Option<(Header, FramePoint)> {
-    chunk::frame_at(ring, seq, big_endian)
 }
 
 /// The VDIF time of a frame of a stream of `fps` frames per second per thread (0: not known
